@@ -33,7 +33,10 @@ multiple of BK, so a K slice never straddles two taps); the output is stored fro
 a [G, N * P, Q, Kg] view of the channels-last [N, P, Q, G * Kg] result, so every bw-row block of
 the accumulator is one output row segment, masked at Q and at N * P; or (conv_kernel(nchw=True))
 transposed into a [G, N, OD * P, Kg, Q] view of the NC(D)HW-contiguous result, each channel's
-pixels contiguous, so an NCHW caller needs no transpose pass. The epilogue hook adds a
+pixels contiguous, so an NCHW caller needs no transpose pass. ConvGeometry.out_blocks > 1:
+the batch coordinate is an output channel block (Wt, Bias and Out [G * blocks, ..]) reading
+group g // blocks's input, so a caller's Out view may place each block apart (argus.ops.conv's
+depth-to-space result of a kernel == stride transposed convolution). The epilogue hook adds a
 per-channel bias (in the output dtype, so the op reads the caller's bias in place) and applies
 an activation before the conversion.
 
@@ -108,9 +111,21 @@ class ConvGeometry:
     stride_d: int = 1
     pad_d: int = 0
     dil_d: int = 1
+    # output channel blocks per group, each stored through its own slab of Out (its batch
+    # coordinate): Wt, Bias and Out are [groups * out_blocks, Kb, ..] and batch index g reads
+    # the input of group g // out_blocks. 1: the plain convolution. > 1: a result written
+    # depth-to-space (argus.ops.conv's `shuffle`: a 2x2 / 2 transposed convolution as one 1x1
+    # convolution whose channel blocks (the output row phases) land in their own output rows;
+    # the blocks' strides are the Out view's, data like every other layout)
+    out_blocks: int = 1
 
     def __post_init__(self) -> None:
         check_geometry_fields(self, "sizes, strides and dilations")
+
+    def input_group(self, g):
+        """The input group of batch index g (`out_blocks`): g itself for one block a group
+        (no expression: the plain kernel's coordinates stay as they were)."""
+        return g if self.out_blocks == 1 else g // self.out_blocks
 
     @property
     def flat(self) -> bool:
@@ -599,7 +614,7 @@ class _HaloRing:
             with self.pipe.produce() as stage:
                 t = k // c_steps
                 c0 = (k % c_steps) * s.bk
-                plane, v = _column(geom, g, q0, t)
+                plane, v = _column(geom, geom.input_group(g), q0, t)
                 for i in range(self.halo_rows):
                     # copy tags: the halo row i, the tile's image and first output row p0
                     # and its filter column t (the R filter rows' taps share the row: the
@@ -847,7 +862,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         # launch preconditions the op guarantees: X's channels fit the padded weight's, and
         # G is the geometry's group count
         ag.tag_assume(lambda: ag.sym(Cg) <= cg_padded)
-        ag.tag_assume(lambda: ag.sym(G) == geom.groups)
+        ag.tag_assume(lambda: ag.sym(G) == geom.groups * geom.out_blocks)
         # groups never mix: the input's plane axis is phase * G + g, so its group is plane % G;
         # the weight's is its leading coordinate. wgmma.agree proves every product pairs the
         # same group. (The K coordinate is the pair (tap, channel), tagged below as kin: the
@@ -861,7 +876,7 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
             # positive for packed, grouped, column-strided layers, which are refused above;
             # docs/perf/conv.md "Packed taps")
             ag.tag_tensor(X, grp=lambda nh, plane, wv, c: plane % geom.groups)
-            ag.tag_tensor(Wt, grp=lambda g, kg, kt: g)
+            ag.tag_tensor(Wt, grp=lambda g, kg, kt: geom.input_group(g))
         # the implicit GEMM's K coordinate (tap, channel) flattened: the weight's K column;
         # A's from each box's tap (_im2col_tags: ag.tma.load(tags=)), so wgmma.agree and
         # wgmma.k-once speak of the pair, not of the channel that repeats across taps
@@ -935,8 +950,8 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                         for atom in range(atoms):
                             tap, c0, past = _k_slice(k, atom, atoms, c_steps, slices, s.bk)
                             for j in range(row_blocks):
-                                at = _input_coords(geom, g, np0 + j, q0, tap, c0, H, P,
-                                                   NH, D, OD, past)
+                                at = _input_coords(geom, geom.input_group(g), np0 + j, q0,
+                                                   tap, c0, H, P, NH, D, OD, past)
                                 # copy tags: the output row np0 + j and column q0 + i (the
                                 # element's place along the box's v) it is read for, its tap
                                 ag.tma.load(ring.a[stage].rows_of(atom * s.bm + j * s.bw,

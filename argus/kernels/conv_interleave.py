@@ -75,22 +75,86 @@ _DTYPES = {"f32": dtypes.f32, "bf16": dtypes.bf16, "f16": dtypes.f16}
 _KERNELS: dict = {}
 
 
-def interleave_kernel(kinds: tuple[str, ...], stride: int, dtype: str = "f32", bk: int = 32):
+def interleave_kernel(kinds: tuple[str, ...], stride: int, dtype: str = "f32", bk: int = 32,
+                      out: str = "nc"):
     """The kernel for width phases of `kinds` (len(kinds) <= stride: an output narrower than
     the stride has fewer phases) at width stride `stride` in `dtype` ("f32", "bf16", "f16"):
     parameters O, then one Yi per "cl" / "nc" phase i, then B when a phase is "bias"; a
-    [bk, bk] tile a CTA of bk threads (32 or 64: a thread holds a row of bk values)."""
+    [bk, bk] tile a CTA of bk threads (32 or 64: a thread holds a row of bk values).
+
+    out="cl": a channels-last output (a channels-last x's transposed convolution, torch's
+    layout for it): O is the [N, Dq, Hq, K, OW, 1] view of the rows (channels the stride-1
+    dim) and the tile [BK channels, BW outputs, 1] is stored as gathered, a thread a channel:
+    a warp's store of one output is its 32 consecutive channels (coalesced), as is its gather
+    of a channels-last source; no shared memory. Any source kind ("nc": a thread's reads
+    along its own channel row)."""
+    if out not in ("nc", "cl"):
+        raise ValueError(f"interleave_kernel: out={out!r} is 'nc' or 'cl'")
     if not kinds or len(kinds) > stride or any(k not in KINDS for k in kinds):
         raise ValueError(f"interleave_kernel: kinds {kinds} must be 1..{stride} of {KINDS}")
     if dtype not in _DTYPES:
         raise ValueError(f"interleave_kernel: dtype {dtype!r} is not one of {tuple(_DTYPES)}")
     if bk not in (32, 64):
         raise ValueError(f"interleave_kernel: bk={bk} is not 32 or 64")
-    key = (kinds, stride, dtype, bk)
+    key = (kinds, stride, dtype, bk, out)
     if key not in _KERNELS:
-        name = f"conv_interleave_{dtype}_s{stride}_{'_'.join(kinds)}_k{bk}"
-        _KERNELS[key] = _load(_source(name, kinds, stride, dtype, bk), name)
+        name = f"conv_interleave_{dtype}_s{stride}_{'_'.join(kinds)}_k{bk}" + \
+            ("_ocl" if out == "cl" else "")
+        source = _cl_out_source(name, kinds, stride, dtype, bk) if out == "cl" else \
+            _source(name, kinds, stride, dtype, bk)
+        _KERNELS[key] = _load(source, name)
     return _KERNELS[key]
+
+
+def _cl_out_source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) -> str:
+    """interleave_kernel(out="cl"): O [N, Dq, Hq, K, OW, 1], a [BK, BW, 1] tile a CTA of BK
+    threads (dim 0, the channels, the threads), gathered and stored as it is."""
+    params = [f'O: ag.Tensor["N", "DQ", "HQ", "K", "OW", 1, ag.{dt}]']
+    for i, kind in enumerate(kinds):
+        if kind in ("cl", "nc"):
+            dims = ", ".join(f'"{d}{i}"' for d in ("A", "B", "C", "E", "F"))
+            params.append(f"Y{i}: ag.Tensor[{dims}, ag.{dt}]")
+    if "bias" in kinds:
+        params.append(f'B: ag.Tensor["KB", ag.{dt}]')
+    lines = [f"@ag.kernel(threads={bk})",
+             f"def {name}({', '.join(params)}):",
+             f"    BK = BW = {bk}                        # a tile's channels and outputs",
+             "    # one CTA a [BK, BW] tile of one output row (n, jd, jh): the rows are the",
+             "    # grid's x (up to 2^31 - 1), channel and width blocks y and z (few)",
+             ("    r, kb, wb = ag.grid(O.shape[0] * O.shape[1] * O.shape[2], "
+              "ag.cdiv(O.shape[3], BK), ag.cdiv(O.shape[4], BW))"),
+             "    jh = r % O.shape[2]",
+             "    jd = (r // O.shape[2]) % O.shape[1]",
+             "    n = r // (O.shape[2] * O.shape[1])",
+             "    k = kb * BK + ag.arange(BK)[:, None, None]",
+             "    ow = wb * BW + ag.arange(BW)[None, :, None]"]
+    if bk % stride == 0:
+        lines += [f"    a = ag.arange(BW)[None, :, None] % {stride}",
+                  f"    j = wb * {bk // stride} + ag.arange(BW)[None, :, None] / {stride}"]
+    else:
+        lines += [f"    a = ow % {stride}", f"    j = ow / {stride}"]
+    first = True
+    for i, kind in enumerate(kinds):
+        mine = f"a == {i}"
+        if kind == "cl":
+            value = f"ag.gather(Y{i}, (n, jd, jh, ag.where({mine}, j, -1), k))"
+        elif kind == "nc":
+            value = f"ag.gather(Y{i}, (n, k, jd, jh, ag.where({mine}, j, -1)))"
+        elif kind == "bias":
+            value = "ag.gather(B, (k + ow * 0,))"
+        else:
+            value = "0.0"
+        if first and kind in ("cl", "nc"):
+            lines.append(f"    x = {value}")           # other phases' outputs read 0, replaced
+            first = False
+        elif first:
+            lines.append(f"    x = ag.where({mine}, {value}, ag.full((BK, BW, 1), 0.0, "
+                         f"ag.{dt}))")
+            first = False
+        else:
+            lines.append(f"    x = ag.where({mine}, {value}, x)")
+    lines.append("    ag.store(O, (n, jd, jh, kb * BK, wb * BW, 0), x)")
+    return "\n".join(lines) + "\n"
 
 
 def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) -> str:

@@ -576,11 +576,20 @@ def _repack(weight, groups: int, terms: int, bk: int, tf32: bool):
     return round_to_tf32(Wt) if tf32 else Wt
 
 
-def _out_view(out, groups: int, nchw: bool = False, fold: bool = False):
+def _out_view(out, groups: int, nchw: bool = False, fold: bool = False, shuffle=()):
     """The kernel's Out view of the result: [G, N*OD*P, Q, Kg] of a channels-last result (NC(D)HW
     shape, channels innermost in memory), or with `nchw` (conv_kernel(nchw=True)) the
     [G, N, OD*P, Kg, Q] view of an NC(D)HW-contiguous one; `fold` (`_fold_rows`: N one-row
-    images run as one image of N rows): [G, 1, N, Kg, Q], row n K * Q elements on."""
+    images run as one image of N rows): [G, 1, N, Kg, Q], row n K * Q elements on.
+    `shuffle` (sh, sw) (`convolve`'s depth-to-space result, one group): out is the channels-last
+    [N, Kc, (OD,) P * sh, Q * sw] result and the view [sh, N*OD*P, Q, sw * Kc] with strides
+    (a row of out, sh rows of out, sw pixels, 1): block a (ConvGeometry.out_blocks) is output
+    row phase a, its sw * Kc channels the (b, k) run of pixels q * sw .. q * sw + sw - 1."""
+    if shuffle:
+        sh, sw = shuffle
+        Kc, pitch = out.shape[1], out.shape[1] * out.shape[-1]      # an output row's elements
+        return out.as_strided((sh, out.numel() // (pitch * sh), out.shape[-1] // sw, sw * Kc),
+                              (pitch, sh * pitch, sw * Kc, 1))
     N, K, Q = out.shape[0], out.shape[1], out.shape[-1]
     Kg = K // groups
     if not nchw:
@@ -616,7 +625,7 @@ def _result_layout(N: int, K: int, spatial: tuple) -> tuple:
 
 def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, terms: int = 3,
              pack_x=None, rowbox: bool = False, precision: str | None = None,
-             nchw: bool = False, out=None):
+             nchw: bool = False, out=None, shuffle=()):
     """The kernel's operands for conv2d or conv3d(x, weight, ...) (checked already): (X view,
     Wt, the result (NC(D)HW shape, channels-last memory, x's dtype), its [G, N*OD*P, Q, Kg]
     view, Bias [G, Kg] in the output dtype, the runtime scalars (H, P, D, OD), geometry, in
@@ -635,7 +644,10 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     `pack_x` are unused. `nchw`: the result NC(D)HW-contiguous instead (conv_kernel(nchw=True)
     writes it; its view is then [G, N, OD*P, Kg, Q]). `out`: the result to write (a chunk of
     images of a larger result: `_convolve_packed_chunks`), of the shape, layout and dtype this
-    call would allocate; None: a new one."""
+    call would allocate; None: a new one. `shuffle` (sh, sw) (`convolve`; a 1x1 problem, one
+    group): the result written depth-to-space, [N, K / (sh * sw), (OD,) P * sh, Q * sw]
+    channels-last, channel (a * sw + b) * Kc + k of pixel (p, q) at pixel (p * sh + a, q * sw
+    + b): Wt and Bias as sh blocks of sw * Kc channels (views), Out `_out_view`'s."""
     import torch
     import torch.nn.functional as F
 
@@ -693,14 +705,27 @@ def operands(x, weight, bias, stride, padding, dilation, groups, bk: int = 64, t
     else:
         X = ndhwc.as_strided((N * D * H, sw * G, W // sw, Cg),
                              (W * G * Cg, Cg, sw * G * Cg, 1))
-    shape, strides = _result_layout(N, K, (OD, P, Q) if dims == 3 else (P, Q))
+    blocks = shuffle[0] if shuffle else 1
+    spatial = (OD, P, Q) if dims == 3 else (P, Q)
+    if shuffle:
+        spatial = (*spatial[:-2], P * shuffle[0], Q * shuffle[1])
+    shape, strides = _result_layout(N, K // (blocks * shuffle[1]) if shuffle else K, spatial)
     if out is None:
         out = _new_result(shape, strides, nchw, out_dtype.torch_dtype(), x.device)
     b = _bias_operand(bias, G, Kg, out.dtype, x.device)
+    if shuffle:
+        Wt, b = _blocked(Wt, blocks), _blocked(b, blocks)
     geom = ConvGeometry(R, S, sh, sw, ph, pw, dh, dw, G, Wt.shape[2] // (T * R * S), T, sd, pd,
-                        dd)
+                        dd, blocks)
     sizes = (N, N, D, OD) if fold else (H, P, D, OD)
-    return X, Wt, out, _out_view(out, G, nchw, fold), b, sizes, geom, in_dtype, out_dtype
+    return X, Wt, out, _out_view(out, G, nchw, fold, shuffle), b, sizes, geom, in_dtype, \
+        out_dtype
+
+
+def _blocked(t, blocks: int):
+    """A [1, K, ..] weight or bias operand as [blocks, K / blocks, ..] (ConvGeometry.out_blocks;
+    a view of a contiguous operand)."""
+    return t if blocks == 1 else t.reshape(blocks, t.shape[1] // blocks, *t.shape[2:])
 
 
 def _new_result(shape, strides, nchw: bool, dtype, device):
@@ -817,7 +842,8 @@ class _TF32Prep:
 
 def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
              activation: str = "none", terms: int = 3, schedule: ConvSchedule | None = None,
-             pack_x=None, precision: str | None = None, nchw: bool | None = None):
+             pack_x=None, precision: str | None = None, nchw: bool | None = None,
+             shuffle: tuple = ()):
     """conv2d (conv3d for 5-d x and weight), checked, with the fp32 split of `terms` products:
     compiled for sm_90a on CUDA tensors, in the numpy interpreter on CPU tensors (tests; no
     GPU). The one entry below the torch.library op; argus.compose calls it directly (it picks
@@ -837,9 +863,19 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
 
     An fp32 split whose packed operand (3x the input's bytes under 6 terms) passes
     PACKED_CHUNK_BYTES runs in chunks of images, packed and convolved one at a time into one
-    result (`_convolve_packed_chunks`): the same bytes, at most that much operand at once."""
+    result (`_convolve_packed_chunks`): the same bytes, at most that much operand at once.
+
+    shuffle=(sh, sw) (`_conv_transpose`'s kernel == stride case): a 1x1 convolution (stride 1,
+    no padding, one group) of K = sh * sw * Kc channels, (a, b, k) ordered, written
+    depth-to-space by the implicit GEMM's epilogue: the result is the channels-last [N, Kc,
+    (D,) H * sh, W * sw], channel (a * sw + b) * Kc + k of pixel (i, j) at pixel (i * sh + a,
+    j * sw + b). One launch, no interleave pass: the Out view's strides put each block of sw *
+    Kc channels (one output row phase, ConvGeometry.out_blocks) where it belongs (`_out_view`).
+    The implicit GEMM always (the pointwise route's GEMM has no blocks), channels-last always."""
     args = (stride, padding, dilation, groups, activation, terms, schedule, pack_x, precision,
             nchw)
+    if shuffle:                        # (a plain call's key as it always was)
+        args += (shuffle,)
     hit = _Repeat.find(x, weight, bias, args)
     if hit is not None:
         return hit.launch(x, weight)
@@ -854,8 +890,12 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         raise LaunchError(f"argus.ops.conv: precision={precision!r} with {x.dtype} inputs; "
                           f"the one choice is 'tf32', for float32 inputs",
                           fix="leave precision out (16-bit inputs, or the fp32 bf16 split)")
-    kind = route(x, weight, bias, stride, padding, groups, activation, schedule, precision,
-                 dilation)
+    if shuffle:
+        _check_shuffle(x, weight, stride, padding, dilation, groups, shuffle, nchw)
+        kind = "implicit_gemm"
+    else:
+        kind = route(x, weight, bias, stride, padding, groups, activation, schedule, precision,
+                     dilation)
     if kind == "depthwise":
         out, replay = _depthwise(x, weight, bias, stride, padding, dilation, activation)
         _RouteRepeat.remember(x, weight, bias, args, replay)
@@ -871,17 +911,19 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         if out is not None:
             _RouteRepeat.remember(x, weight, bias, args, replay)
             return out
-    s = schedule or schedule_for(x, weight, stride, padding, dilation, groups,
-                                 precision=precision)
-    channels_first = _nchw_result(x, s, nchw)
+    # (shuffle: the tile's channels are one block's, sw * Kc of them)
+    s = schedule or schedule_for(x, weight[:weight.shape[0] // shuffle[0]] if shuffle else
+                                 weight, stride, padding, dilation, groups, precision=precision)
+    channels_first = False if shuffle else _nchw_result(x, s, nchw)
     chunks = packed_chunks(x, weight, stride, padding, dilation, groups, terms) \
         if precision is None else []
     if len(chunks) > 1:
         return _convolve_packed_chunks(x, weight, bias, stride, padding, dilation, groups,
-                                       activation, terms, s, pack_x, channels_first, chunks)
+                                       activation, terms, s, pack_x, channels_first, chunks,
+                                       shuffle)
     X, Wt, out, b, sizes, run = _implicit_gemm(x, weight, bias, stride, padding, dilation,
                                                groups, activation, terms, s, pack_x,
-                                               precision, channels_first)
+                                               precision, channels_first, shuffle=shuffle)
     if out.numel() == 0:
         return out
     if X.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
@@ -898,15 +940,36 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     return out
 
 
+def _check_shuffle(x, weight, stride, padding, dilation, groups, shuffle, nchw) -> None:
+    """convolve(shuffle=) takes a 1x1 convolution, stride 1, no padding or dilation, one group,
+    a channels-last result, K a multiple of sh * sw, and (sh, sw) positive ints."""
+    dims = x.dim() - 2
+    ok = isinstance(shuffle, tuple) and len(shuffle) == 2 and \
+        all(isinstance(v, int) and v >= 1 for v in shuffle)
+    ok = ok and set(weight.shape[2:]) == {1} and groups == 1 and nchw is not True and \
+        set(_triple(stride, "stride", dims)) == {1} and \
+        set(_triple(padding, "padding", dims)) == {0} and \
+        set(_triple(dilation, "dilation", dims)) == {1} and \
+        weight.shape[0] % (shuffle[0] * shuffle[1]) == 0
+    if not ok:
+        raise LaunchError(f"argus.ops.conv: shuffle={shuffle!r} writes a 1x1 convolution's "
+                          f"result depth-to-space: it needs a 1x1 filter, stride 1, no padding "
+                          f"or dilation, one group, K ({weight.shape[0]}) a multiple of "
+                          f"sh * sw and a channels-last result",
+                          fix="shuffle=() (the plain result), then rearrange it")
+
+
 def _implicit_gemm(x, weight, bias, stride, padding, dilation, groups, activation, terms,
-                   s: ConvSchedule, pack_x, precision, channels_first: bool, out=None) -> tuple:
+                   s: ConvSchedule, pack_x, precision, channels_first: bool, out=None,
+                   shuffle=()) -> tuple:
     """The implicit GEMM's operands (`operands`) and its launch on them, into `out` when given
     (`_convolve_packed_chunks`): (X, Wt, out, Bias, sizes, the _Repeat.Run that launched);
-    nothing launched for an empty result."""
+    nothing launched for an empty result. `shuffle`: `operands`'."""
     X, Wt, out, view, b, sizes, geom, idt, odt = operands(x, weight, bias, stride, padding,
                                                           dilation, groups, s.bk, terms, pack_x,
                                                           rowbox=s.rowbox, precision=precision,
-                                                          nchw=channels_first, out=out)
+                                                          nchw=channels_first, out=out,
+                                                          shuffle=shuffle)
     if out.numel() == 0:
         return X, Wt, out, b, sizes, None
     if channels_first and (s.nchw_epilogue == "tma" and not nchw_tma_fits(out) or
@@ -927,9 +990,9 @@ def _implicit_gemm(x, weight, bias, stride, padding, dilation, groups, activatio
             _COMPILED[key] = compiled
             if len(_COMPILED) > _MEMO_SIZE:
                 _COMPILED.popitem(last=False)
-        run = _Repeat.Run(compiled, None, geom, s, channels_first, fold)
+        run = _Repeat.Run(compiled, None, geom, s, channels_first, fold, shuffle)
     else:
-        run = _Repeat.Run(None, kernel, geom, s, channels_first, fold)
+        run = _Repeat.Run(None, kernel, geom, s, channels_first, fold, shuffle)
     run(X, Wt, view, b, sizes, x.device)
     return X, Wt, out, b, sizes, run
 
@@ -1047,7 +1110,7 @@ def _result_spatial(x, weight, stride, padding, dilation) -> tuple:
 
 def _convolve_packed_chunks(x, weight, bias, stride, padding, dilation, groups, activation,
                             terms, s: ConvSchedule, pack_x, channels_first: bool,
-                            chunks: list):
+                            chunks: list, shuffle=()):
     """`convolve`'s implicit GEMM over the images of `chunks` one chunk at a time: one result
     allocated whole, each chunk's packed operand made, convolved into the result's slice of
     its images (a contiguous run of the batch in either layout) and freed before the next
@@ -1057,11 +1120,15 @@ def _convolve_packed_chunks(x, weight, bias, stride, padding, dilation, groups, 
     import torch
 
     spatial = _result_spatial(x, weight, stride, padding, dilation)
-    shape, strides = _result_layout(x.shape[0], weight.shape[0], spatial)
+    K = weight.shape[0]
+    if shuffle:                                         # depth-to-space (`operands`)
+        K //= shuffle[0] * shuffle[1]
+        spatial = (*spatial[:-2], spatial[-2] * shuffle[0], spatial[-1] * shuffle[1])
+    shape, strides = _result_layout(x.shape[0], K, spatial)
     out = _new_result(shape, strides, channels_first, torch.float32, x.device)
     for n0, n1 in chunks:
         _implicit_gemm(x[n0:n1], weight, bias, stride, padding, dilation, groups, activation,
-                       terms, s, pack_x, None, channels_first, out=out[n0:n1])
+                       terms, s, pack_x, None, channels_first, out=out[n0:n1], shuffle=shuffle)
     return out
 
 
@@ -2181,6 +2248,7 @@ class _Repeat:
         schedule: ConvSchedule
         nchw: bool = False          # the kernel writes an NC(D)HW result (its Out view)
         fold: bool = False          # one-row images as rows of one image (`_fold_rows`)
+        shuffle: tuple = ()         # the result written depth-to-space (`operands`)
 
         def __call__(self, X, Wt, view, b, sizes, device):
             if self.compiled is None:
@@ -2280,9 +2348,10 @@ class _Repeat:
         X = base.as_strided(*self.x_view)
         Wt = self.Wt
         if Wt is None:
-            Wt = _weight_view(weight, self.groups, self.run.schedule.bk)
-        plan = self.run(X, Wt, _out_view(out, self.groups, self.run.nchw, self.run.fold),
-                        self.b, self.sizes, x.device)
+            Wt = _blocked(_weight_view(weight, self.groups, self.run.schedule.bk),
+                          self.run.geom.out_blocks)
+        plan = self.run(X, Wt, _out_view(out, self.groups, self.run.nchw, self.run.fold,
+                                         self.run.shuffle), self.b, self.sizes, x.device)
         if plan is not None:
             if len(self.plans) >= self.PLANS:
                 self.plans.pop(next(iter(self.plans)))
@@ -2421,8 +2490,10 @@ def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0
         (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
         (dilation, "dilation")))
     y = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (0, o),
-                         groups, (1, d), run=run)
-    return y.squeeze(2)
+                         groups, (1, d), run=run).squeeze(2)
+    # torch returns a contiguous 1-d result whatever x's strides (a channels-last-like x's
+    # 2-d form gave a channels-last one)
+    return y if y.is_contiguous() else y.contiguous()
 
 
 def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
@@ -2431,11 +2502,15 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     pixels that map to it, no zero insertion. Stride 1: one convolution with the weight's
     channels swapped per group, the taps flipped and padding dil * (k - 1) - padding. Strided
     (or output_padding): one stride-1 convolution per output phase (o % stride on every axis)
-    over the taps of that residue (`_phase`), then the phases interleaved into the
-    NCHW-contiguous output by Argus kernels (`_interleave`: one launch per (depth, row) phase
-    pair, each output element read once and stored once, coalesced), a phase no tap reaches
-    taking the bias (or 0) there. Other dtypes than fp32 / bf16 / fp16 keep torch's strided
-    copies."""
+    over the taps of that residue (`_phase`), then the phases interleaved into the output by
+    Argus kernels (`_interleave`: one launch per (depth, row) phase pair, each output element
+    read once and stored once, coalesced), a phase no tap reaches taking the bias (or 0)
+    there. Other dtypes than fp32 / bf16 / fp16 keep torch's strided copies.
+
+    The output's layout is torch's: channels-last (channels_last / channels_last_3d) for a
+    channels-last x (`_channels_last`), NC(D)HW-contiguous for any other. A channels-last
+    x whose kernel is its stride (`_patches`) runs as ONE launch: the 1x1 convolution's
+    epilogue writes the output depth-to-space (convolve(shuffle=)), no interleave pass."""
     import itertools
 
     import torch
@@ -2466,16 +2541,25 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
         return weight.reshape(groups, C // groups, Kg, *ks).transpose(1, 2) \
             .reshape(K, C // groups, *ks)
     conv_pad = tuple(d * (k - 1) - p for d, k, p in zip(dl, ks, pd))
+    last = _channels_last(x)             # the output's memory format (None: NC(D)HW)
     if set(st) == {1} and set(op) == {0} and min(conv_pad) >= 0:
         flipped = _derived(weight, ("flip", groups, dims),
                            lambda: swapped().flip(list(range(2, 2 + dims))))
-        return run(x, flipped, bias, 1, conv_pad, dl, groups)
+        y = run(x, flipped, bias, 1, conv_pad, dl, groups)
+        # (every route but the depthwise one writes a channels-last x's result channels-last)
+        return y if last is None or y.is_contiguous(memory_format=last) else \
+            y.contiguous(memory_format=last)
     ins = tuple(x.shape[2:])
     outs = tuple((i - 1) * s_ - 2 * p + d * (k - 1) + o + 1
                  for i, s_, p, d, k, o in zip(ins, st, pd, dl, ks, op))
     if min(outs) < 1:
         raise LaunchError(f"{name}: output size {outs} is empty")
-    out = torch.empty(x.shape[0], K, *outs, dtype=x.dtype, device=x.device)
+    if last is not None:
+        shuffled = _shuffled(x, weight, bias, st, pd, op, dl, groups, run)
+        if shuffled is not None:
+            return shuffled
+    out = torch.empty(x.shape[0], K, *outs, dtype=x.dtype, device=x.device,
+                      memory_format=last or torch.contiguous_format)
     # under torch.compile the phases' convolutions are the traced custom op; the interleave
     # is no op of its own, so the trace keeps torch's copies
     argus_copy = str(x.dtype) in _INTERLEAVE_DTYPES and not torch.compiler.is_compiling()
@@ -2526,18 +2610,63 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     return out
 
 
-def _patches(weight, bias, st, pd, op, dl, groups, run, x):
-    """A transposed convolution whose kernel is its stride (no padding, output_padding or
-    dilation, one group: UNet's and the ViT decoders' 2x2 / 2 up-convolutions) writes each
-    input pixel's own stride-sized output patch, one tap a phase: every phase is the same
-    1x1 convolution with that tap's weights. All of them as ONE 1x1 convolution with
-    prod(stride) * K output channels, (phase, k) ordered, phase-major: the input read once
-    and one GEMM as wide as every phase's together, instead of prod(stride) narrow ones
-    (`_conv_transpose` then interleaves the channel slices as it does the phases'
-    outputs). None where the shape is not this case."""
+def _channels_last(x):
+    """The memory format of a transposed convolution's output, as torch returns it (its
+    suggest_memory_format): channels_last (channels_last_3d) for an x whose strides are
+    channels-last-like and dense, else None (NC(D)HW-contiguous). The strides rule is
+    c10's is_channels_last_strides_2d / _3d: along (C, W, H, (D,) N) each stride at least
+    the last one times its extent (an extent-1 dim does not multiply), C's stride not 0, and
+    N's not C's (a trivial C with every pixel stride equal reads as NC(D)HW)."""
+    import torch
+
+    dims = x.dim()
+    if dims not in (4, 5):
+        return None
+    fmt = torch.channels_last if dims == 4 else torch.channels_last_3d
+    if not x.is_contiguous(memory_format=fmt):
+        return None                              # (dense and channels-last, or neither)
+    shape, strides = x.shape, x.stride()
+    if strides[1] == 0:
+        return None
+    least = 0
+    for d in ((1, 3, 2, 0) if dims == 4 else (1, 4, 3, 2, 0)):
+        if shape[d] == 0 or strides[d] < least or (d == 0 and least == strides[1]):
+            return None
+        least = strides[d] * (shape[d] if shape[d] > 1 else 1)
+    return fmt
+
+
+def _shuffled(x, weight, bias, st, pd, op, dl, groups, run):
+    """A channels-last x's transposed convolution whose kernel is its stride (`_patches`' case)
+    as ONE 1x1 convolution written depth-to-space into the channels-last output
+    (convolve(shuffle=(s_h, s_w)): its epilogue stores each output row phase's sw * K channels
+    of an input pixel as the output's sw pixels of that row): no interleave pass, no
+    intermediate tensor. Taken where `run` is the eager conv2d / conv3d on CUDA tensors, the
+    interpreter's conv2d_interpret or convolve itself (meta tensors: built, not launched), in
+    2-d (1-d: a unit height) and in 3-d with depth stride
+    1 (the GEMM's rows (n, d, h) are then one strided axis of the output: with a depth stride
+    the output's depth phases split it, and the 1x1 convolution plus `_interleave` runs
+    instead). None where the case does not apply."""
     ks = tuple(weight.shape[2:])
     if groups != 1 or ks != tuple(st) or set(pd) != {0} or set(op) != {0} or set(dl) != {1}:
         return None
+    if len(st) == 3 and st[0] != 1:
+        return None
+    if run is conv2d_interpret:
+        if getattr(x, "is_cuda", False):
+            return None
+    elif run is not convolve and (run not in (conv2d, conv3d) or
+                                  not getattr(x, "is_cuda", False) or
+                                  not _eager(x, weight, bias)):
+        return None
+    w1, b1 = _stacked(weight, bias, st)
+    return convolve(x, w1, b1, shuffle=tuple(st[-2:]))
+
+
+def _stacked(weight, bias, st):
+    """A kernel == stride transposed convolution's taps as one 1x1 convolution's weight
+    [(*kernel, K), C, 1, ..] ((phase, k) ordered, phase-major) and its bias repeated per phase:
+    derived once per weight (`_derived`)."""
     import math
 
     dims = len(st)
@@ -2551,6 +2680,22 @@ def _patches(weight, bias, st, pd, op, dl, groups, run, x):
     w1 = _derived(weight, ("patches", dims), stacked)
     b1 = None if bias is None else _derived(bias, ("patches", phases),
                                             lambda: bias.repeat(phases))
+    return w1, b1
+
+
+def _patches(weight, bias, st, pd, op, dl, groups, run, x):
+    """A transposed convolution whose kernel is its stride (no padding, output_padding or
+    dilation, one group: UNet's and the ViT decoders' 2x2 / 2 up-convolutions) writes each
+    input pixel's own stride-sized output patch, one tap a phase: every phase is the same
+    1x1 convolution with that tap's weights. All of them as ONE 1x1 convolution with
+    prod(stride) * K output channels, (phase, k) ordered, phase-major: the input read once
+    and one GEMM as wide as every phase's together, instead of prod(stride) narrow ones
+    (`_conv_transpose` then interleaves the channel slices as it does the phases'
+    outputs). None where the shape is not this case."""
+    ks = tuple(weight.shape[2:])
+    if groups != 1 or ks != tuple(st) or set(pd) != {0} or set(op) != {0} or set(dl) != {1}:
+        return None
+    w1, b1 = _stacked(weight, bias, st)
     return run(x, w1, b1, 1, 0, 1, 1)
 
 # the dtypes argus/kernels/conv_interleave.py moves (a select: any float bits, exactly)
@@ -2559,6 +2704,7 @@ _INTERLEAVE_DTYPES = {"torch.float32": "f32", "torch.bfloat16": "bf16", "torch.f
 
 def _interleave(out, phases: dict, bias, st: tuple) -> None:
     """out[:, :, a_d::s_d, a_h::s_h, a_w::s_w] = phases[(a_d, a_h, a_w)] (2-d: (a_h, a_w)),
+    out NC(D)HW-contiguous or channels-last (interleave_kernel(out="cl")),
     the phase's cropped convolution output ([N, K, *counts], channels-last or NCDHW as its
     route wrote it), or bias / 0 for a phase no tap reaches (None): one launch of
     argus/kernels/conv_interleave.py per (a_d, a_h), its width phases as its sources. Every
@@ -2587,6 +2733,7 @@ def _interleave(out, phases: dict, bias, st: tuple) -> None:
         if not out.is_cuda and not out.is_meta:
             b = b.clone()      # the interpreter writes every argument back: keep bias's version
     widths = range(min(st3[2], out5.shape[4]))
+    cl_out = K > 1 and out5.stride(1) == 1       # channels-last (`_channels_last`)
     rows = itertools.product(*(range(min(s_, n)) for s_, n in zip(st3[:2], out5.shape[2:4])))
     for a_d, a_h in rows:
         kinds, tensors = [], []
@@ -2605,7 +2752,12 @@ def _interleave(out, phases: dict, bias, st: tuple) -> None:
                 tensors.append(y5 if y5.stride(-1) == 1 or y5.shape[-1] == 1 else
                                y5.contiguous())
         group = out5[:, :, a_d::st3[0], a_h::st3[1], :]         # [N, K, Dq, Hq, OW]
-        if "cl" in kinds:
+        if cl_out:
+            # a channels-last output: [N, Dq, Hq, K, OW, 1], a thread a channel (coalesced
+            # stores along the channels, no staging)
+            dst = group.permute(0, 2, 3, 1, 4).unsqueeze(-1)
+            kernel = interleave_kernel(tuple(kinds), st3[2], dt, bk, out="cl")
+        elif "cl" in kinds:
             # staged: [N, Dq, Hq, OW, K, 1], the unit last dim the kernel's contiguous one
             dst = group.permute(0, 2, 3, 4, 1).unsqueeze(-1)
             kernel = interleave_kernel(tuple(kinds), st3[2], dt, bk)

@@ -147,32 +147,56 @@ def test_conv_transpose3d_and_1d():
     assert y1.shape == ref1.shape and _rel(y1, ref1) < 1e-2
 
 
-@pytest.mark.parametrize("dims,stride,K,dtype,channels_last", [
-    (2, 2, 96, torch.bfloat16, False), (2, 2, 40, torch.bfloat16, True),
-    (2, (2, 3), 64, torch.float32, False), (3, (2, 1, 2), 32, torch.bfloat16, False),
-    (1, 4, 48, torch.bfloat16, False)])
-def test_conv_transpose_kernel_is_stride(dims, stride, K, dtype, channels_last):
-    """kernel == stride, no padding (UNet's 2x2 / 2 up-convolution): the one 1x1 convolution
-    with prod(stride) * K channels (`_patches`) and the interleave of its channel slices
-    (channels-last slices from the 16-bit pointwise route, NCHW ones from the fp32 split),
-    against float64."""
+@pytest.mark.parametrize("dims,stride,K,dtype,channels_last,bias", [
+    (2, 2, 96, torch.bfloat16, False, True), (2, 2, 40, torch.bfloat16, True, True),
+    (2, (2, 3), 64, torch.float32, False, True), (3, (2, 1, 2), 32, torch.bfloat16, False, True),
+    (1, 4, 48, torch.bfloat16, False, True),
+    # channels-last x: ONE launch, the 1x1 GEMM's epilogue writes the channels-last output
+    # depth-to-space (convolve(shuffle=)); a 3-d depth stride keeps the interleave
+    (2, 2, 64, torch.bfloat16, True, False), (2, (3, 2), 24, torch.float16, True, True),
+    (2, 2, 40, torch.float32, True, True), (3, (1, 2, 2), 32, torch.bfloat16, True, True),
+    (3, 2, 16, torch.bfloat16, True, False), (1, 4, 48, torch.bfloat16, True, True)])
+def test_conv_transpose_kernel_is_stride(dims, stride, K, dtype, channels_last, bias,
+                                         monkeypatch):
+    """kernel == stride, no padding (UNet's 2x2 / 2 up-convolution) against float64: an NCHW x
+    as the one 1x1 convolution with prod(stride) * K channels (`_patches`) and the interleave
+    of its channel slices (channels-last slices from the 16-bit routes, NCHW ones from the
+    fp32 split); a channels-last x as ONE 1x1 implicit GEMM writing the output depth-to-space
+    (no interleave; 3-d with a depth stride: the interleave into a channels-last output). The
+    result's memory format is cuDNN's (torch's on the same x)."""
     import torch.nn.functional as F
 
+    from argus.ops import conv as conv_op
     from argus.ops import conv_transpose1d, conv_transpose2d, conv_transpose3d
 
     st = (stride,) * dims if isinstance(stride, int) else stride
     x = _rand(2, 64, *((6, 10, 9)[:dims] if dims == 3 else (30, 31)[:dims]), dtype=dtype,
               seed=30)
     if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = x.permute(0, 2, 1).contiguous().permute(0, 2, 1) if dims == 1 else \
+            x.contiguous(memory_format=torch.channels_last if dims == 2 else
+                         torch.channels_last_3d)
     w = _rand(64, K, *st, dtype=dtype, seed=31) / 8
-    b = _rand(K, dtype=dtype, seed=32)
+    b = _rand(K, dtype=dtype, seed=32) if bias else None
     ours = {1: conv_transpose1d, 2: conv_transpose2d, 3: conv_transpose3d}[dims]
     theirs = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[dims]
+    interleaves = []
+    interleave = conv_op._interleave
+    monkeypatch.setattr(conv_op, "_interleave",
+                        lambda *a: (interleaves.append(1), interleave(*a))[1])
     for _ in range(2):                     # the second call: the derived weight and bias kept
         y = ours(x, w, b, stride)
-        ref = theirs(x.double(), w.double(), b.double(), stride)
+        ref = theirs(x.double(), w.double(), None if b is None else b.double(), stride)
         assert y.shape == ref.shape and _rel(y, ref) < 1e-2
+    if dims == 1:
+        assert y.is_contiguous()           # torch's 1-d result, whatever x's strides
+    else:
+        cudnn = theirs(x, w, b, stride)
+        fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+        assert y.is_contiguous() == cudnn.is_contiguous()
+        assert y.is_contiguous(memory_format=fmt) == cudnn.is_contiguous(memory_format=fmt)
+    shuffled = channels_last and (dims < 3 or st[0] == 1)
+    assert bool(interleaves) == (not shuffled), interleaves
 
 
 def test_custom_op_under_torch_compile():

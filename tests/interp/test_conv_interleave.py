@@ -106,28 +106,42 @@ def _transposed(case, x, w, b, run):
     return fn(x, w, b, stride, padding, output_padding, groups, dilation, run=run)
 
 
-@pytest.mark.parametrize("layout", ["mixed", "nc"])
+@pytest.mark.parametrize("layout", ["mixed", "nc", "cl_out"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["f32", "bf16", "f16"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}d_s{c[5]}_g{c[9]}_b{int(c[10])}")
 def test_interleave_is_the_strided_copy_bit_for_bit(case, dtype, layout, monkeypatch):
     """The Argus interleave writes the bits torch's per-phase strided copies wrote (the
     fallback path of `_conv_transpose`, kept for other dtypes), in prod(stride[:-1])
-    launches; NaN and -0.0 planted in the phase outputs come through unchanged."""
+    launches; NaN and -0.0 planted in the phase outputs come through unchanged. "cl_out": a
+    channels-last x, so a channels-last output (torch's layout), mixed sources, written by
+    the out="cl" form."""
     x, w, b = _inputs(case, dtype)
-    launches = _Launches(monkeypatch)
-    y = _transposed(case, x, w, b, _phase_conv(dtype, layout=layout))
     dims, stride = case[0], case[5]
+    if layout == "cl_out":
+        if dims == 1:
+            pytest.skip("a 1-d result is contiguous")
+        x = x.contiguous(memory_format=torch.channels_last if dims == 2 else
+                         torch.channels_last_3d)
+    sources = "mixed" if layout == "cl_out" else layout
+    launches = _Launches(monkeypatch)
+    y = _transposed(case, x, w, b, _phase_conv(dtype, layout=sources))
     st = (stride,) * dims if isinstance(stride, int) else stride
     rows = 1
     for s_, n in zip(st[:-1], y.shape[2:-1]):
         rows *= min(s_, n)
     assert launches.interleaves() == rows, launches.names
-    staged = [k for k in launches.names if k.startswith("conv_interleave") and "_cl" in k]
-    assert bool(staged) == (layout == "mixed") or dims == 1 and rows == 1, launches.names
+    names = [k for k in launches.names if k.startswith("conv_interleave")]
+    if layout == "cl_out":
+        assert all(k.endswith("_ocl") for k in names), launches.names
+    else:
+        staged = [k for k in names if "_cl" in k]
+        assert bool(staged) == (layout == "mixed") or dims == 1 and rows == 1, launches.names
     monkeypatch.setattr(conv_op, "_INTERLEAVE_DTYPES", {})     # torch's strided copies
-    ref = _transposed(case, x, w, b, _phase_conv(dtype, layout=layout))
-    assert y.shape == ref.shape and y.is_contiguous()
+    ref = _transposed(case, x, w, b, _phase_conv(dtype, layout=sources))
+    fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+    assert y.shape == ref.shape and (y.is_contiguous(memory_format=fmt)
+                                     if layout == "cl_out" else y.is_contiguous())
     # a 16-bit value moves through an fp32 register (bf16 / fp16 -> fp32 is exact, back is
     # exact for every number); a NaN stays NaN, its payload the conversion's canonical one
     nan = ref.isnan()
@@ -161,32 +175,36 @@ def test_strided_transposed_convolution_matches_float64(case):
 KINDS = [(("cl", "nc", "bias"), 3, "f32", 32), (("cl", "cl"), 2, "bf16", 64),
          (("zero", "cl"), 2, "f16", 64), (("bias", "bias"), 2, "f32", 32),
          (("nc", "nc"), 2, "f32", 32), (("nc", "zero", "bias"), 3, "bf16", 32)]
+# (kinds, stride, dtype, bk, out): the channels-last output's form as well
+KINDS_OUT = [(*k, "nc") for k in KINDS] + \
+    [(("cl", "nc", "bias"), 3, "f32", 32, "cl"), (("cl", "cl"), 2, "bf16", 64, "cl"),
+     (("zero", "cl"), 2, "f16", 32, "cl"), (("nc", "zero", "bias"), 3, "bf16", 32, "cl")]
 
 
-@pytest.mark.parametrize("kinds,stride,dtype,bk", KINDS, ids=lambda v: str(v))
-def test_interleave_kernel_verifies_with_zero_findings(kinds, stride, dtype, bk):
+@pytest.mark.parametrize("kinds,stride,dtype,bk,out", KINDS_OUT, ids=lambda v: str(v))
+def test_interleave_kernel_verifies_with_zero_findings(kinds, stride, dtype, bk, out):
     """Every output element stored exactly once, proven (store.once and store.coverage are
     notes, not unknowns), the shared exchange's barrier proven (sync.exchange), nothing else
     found."""
     from argus import verify
 
     # lowered: the IR that runs, with the barrier between the shared writes and the gather
-    found = verify.check(interleave_kernel(kinds, stride, dtype, bk), include_proven=True,
-                         timeout_ms=20000, lower=True)
+    found = verify.check(interleave_kernel(kinds, stride, dtype, bk, out=out),
+                         include_proven=True, timeout_ms=20000, lower=True)
     bad = [d for d in found if d.severity != "note"]
     assert bad == [], [str(d) for d in bad]
     proven = {d.code for d in found if d.severity == "note"}
-    staged = {"sync.exchange"} if "cl" in kinds else set()
+    staged = {"sync.exchange"} if "cl" in kinds and out == "nc" else set()
     assert {"store.once", "store.coverage"} | staged <= proven, proven
 
 
-@pytest.mark.parametrize("kinds,stride,dtype,bk", KINDS, ids=lambda v: str(v))
-def test_interleave_kernel_compiles_for_sm90a(kinds, stride, dtype, bk):
+@pytest.mark.parametrize("kinds,stride,dtype,bk,out", KINDS_OUT, ids=lambda v: str(v))
+def test_interleave_kernel_compiles_for_sm90a(kinds, stride, dtype, bk, out):
     from argus import codegen
     from argus.compiler import lower_only
     from argus.runtime.compile import compile_cuda
 
-    source = codegen.render(lower_only(interleave_kernel(kinds, stride, dtype, bk)))
+    source = codegen.render(lower_only(interleave_kernel(kinds, stride, dtype, bk, out=out)))
     binary = compile_cuda(source.text, [source.name], filename=f"{source.name}.cu")
     assert binary.cubin
     # a thread holds its channel's row and its output's channels (2 x bk values): in registers
@@ -316,6 +334,8 @@ def test_interleave_kernel_refuses_bad_kinds():
         interleave_kernel(("cl",), 2, "f64")
     with pytest.raises(ValueError, match="bk=128"):
         interleave_kernel(("cl",), 2, "f32", 128)
+    with pytest.raises(ValueError, match="out="):
+        interleave_kernel(("cl",), 2, "f32", 32, out="nhwc")
 
 
 # data-movement-free aten ops: views and allocations (no kernel on the GPU)

@@ -398,6 +398,9 @@ def test_conv_transpose_kernel_is_stride_one_patch_convolution(dims, stride, bia
     ref = tfn(x.double(), w.double(), None if b is None else b.double(), stride)
     assert y.shape == ref.shape
     _close(y, ref, 1e-2)
+    # torch's layout: channels-last for a channels-last x (interleaved into it), else NCHW
+    assert y.is_contiguous(memory_format=torch.channels_last) if channels_last else \
+        y.is_contiguous()
     assert len(calls) == 1, len(calls)                       # one convolution for all phases
     w1 = calls[0][1]
     phases = 1
