@@ -342,6 +342,17 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
     # "UNet-like layers, second run"): one weight tile a CTA costs less than the
     # cluster's pairing and multicast barrier on these short K loops
     cluster = 1 if box else 2
+    # a channels-last result of a wide rowbox layer (bw 64) through the TMA-store epilogue too
+    # (stmatrix into a staging tile, TMA stores of whole blocks, overlapping the next tile's
+    # loads) instead of st.global from registers (each warp store 4-byte pieces of 8 rows):
+    # measured on the H200 (stop 50, docs/perf/conv.md "The TMA-store epilogue on wide
+    # layers"): the 8 UNet 3x3 rows at batch 8, 7-28% faster, 0.72-0.91x -> 0.85-1.03x
+    # cuDNN, at 6 stages. An NC(D)HW x keeps the direct epilogue (its NCHW result is written
+    # transposed from registers: `_nchw_result`)
+    wide_tma = tma_ok and box and epilogue == "direct" and precision != "tf32" and \
+        not x.is_contiguous()
+    if wide_tma:
+        epilogue = "tma"
     nchw_epi = nchw_epilogue or NCHW_EPILOGUE
     if precision == "tf32":
         bn = tf32_bn(Kg)
@@ -366,7 +377,7 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
             return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
                                 epilogue=epilogue, cluster_m=2, halo=True, producer_regs=56,
                                 consumer_regs=224, nchw_epilogue=nchw_epi)
-    if box and epilogue == "tma" and SMALL_IMAGE_RULE:
+    if box and epilogue == "tma" and not wide_tma and SMALL_IMAGE_RULE:
         P = (x.shape[-2] + 2 * _pair(padding, "padding", dims)[-2] - dh * (R - 1) - 1) // sh + 1
         # (P or Q < 1: a filter larger than the padded input, which `check` refuses with its
         # own message; the fraction's denominator would be 0)
@@ -378,7 +389,10 @@ def _schedule_for(x, weight, stride, padding, dilation, groups, *,
             return ConvSchedule(bm=64, bn=bn, bk=64, bw=bw, stages=stages, consumers=1,
                                 epilogue=epilogue, cluster_m=1, rowbox=box,
                                 nchw_epilogue=nchw_epi)
-    stages = max(4, min(6, (_SMEM_BUDGET - staging) // ((128 + bn) * 64 * 2)))
+    # the wide TMA-store layers were measured at 6 stages with their staging tile: up to the
+    # opt-in limit less the barriers' and alignment's 2 KB (bn 128: 6 x 32 + 32 KB)
+    budget = SMEM_PER_CTA_OPTIN - 2048 if wide_tma else _SMEM_BUDGET
+    stages = max(4, min(6, (budget - staging) // ((128 + bn) * 64 * 2)))
     return ConvSchedule(bm=128, bn=bn, bk=64, bw=bw, stages=stages, consumers=2,
                         epilogue=epilogue, cluster_m=cluster, rowbox=box,
                         nchw_epilogue=nchw_epi)
