@@ -2529,23 +2529,32 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
 
     import torch
 
-    name = f"argus.ops.conv_transpose{dims}d"
     if getattr(x, "dim", lambda: 0)() != dims + 2 or \
             getattr(weight, "dim", lambda: 0)() != dims + 2:
-        raise LaunchError(f"{name}: x is [N, C, *spatial] and weight [C, K / groups, "
-                          f"*kernel] with {dims} spatial dims")
-    st, pd, op, dl = (_pair(v, n, dims) for v, n in (
-        (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
-        (dilation, "dilation")))
-    if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups or \
-            x.shape[1] != weight.shape[0]:
-        raise LaunchError(f"{name}: x has {x.shape[1]} channels, weight "
-                          f"{tuple(weight.shape)} ([C, K / groups, *kernel]); groups={groups} "
-                          f"must divide C")
-    if min(st) < 1 or min(dl) < 1 or min(pd) < 0 or any(o >= max(s_, d) for o, s_, d in
-                                                          zip(op, st, dl)):
-        raise LaunchError(f"{name}: stride {st}, dilation {dl} >= 1, padding {pd} >= 0, "
-                          f"output_padding {op} < max(stride, dilation)")
+        raise LaunchError(f"argus.ops.conv_transpose{dims}d: x is [N, C, *spatial] and weight "
+                          f"[C, K / groups, *kernel] with {dims} spatial dims")
+    # the arguments' checks and what follows from them, once per (arguments, weight shape,
+    # channels) (`_transpose_form`): a repeated call's host work is the lookup
+    try:
+        key = (dims, stride, padding, output_padding, groups, dilation, weight.shape,
+               x.shape[1])
+        form = _TRANSPOSE_FORMS.get(key)
+    except TypeError:                                  # a list argument: no memo
+        key, form = None, None
+    if form is None:
+        form = _transpose_form(x, weight, stride, padding, output_padding, groups, dilation,
+                               dims)
+        if key is not None:
+            _TRANSPOSE_FORMS[key] = form
+            if len(_TRANSPOSE_FORMS) > _MEMO_SIZE:
+                _TRANSPOSE_FORMS.pop(next(iter(_TRANSPOSE_FORMS)))
+    st, pd, op, dl, conv_pad, kind = form
+    last = _channels_last(x)             # the output's memory format (None: NC(D)HW)
+    if kind == "shuffle" and last is not None and min(x.shape[2:]) >= 1:
+        y = _shuffled(x, weight, bias, st, run)
+        if y is not None:
+            return y
+    name = f"argus.ops.conv_transpose{dims}d"
     ks = tuple(weight.shape[2:])
     C, Kg = weight.shape[0], weight.shape[1]
     K = Kg * groups
@@ -2554,9 +2563,7 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
         the derived weights' `make` only (kept per weight on the GPU, not copied per call)."""
         return weight.reshape(groups, C // groups, Kg, *ks).transpose(1, 2) \
             .reshape(K, C // groups, *ks)
-    conv_pad = tuple(d * (k - 1) - p for d, k, p in zip(dl, ks, pd))
-    last = _channels_last(x)             # the output's memory format (None: NC(D)HW)
-    if set(st) == {1} and set(op) == {0} and min(conv_pad) >= 0:
+    if kind == "flip":
         flipped = _derived(weight, ("flip", groups, dims),
                            lambda: swapped().flip(list(range(2, 2 + dims))))
         y = run(x, flipped, bias, 1, conv_pad, dl, groups)
@@ -2568,10 +2575,6 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
                  for i, s_, p, d, k, o in zip(ins, st, pd, dl, ks, op))
     if min(outs) < 1:
         raise LaunchError(f"{name}: output size {outs} is empty")
-    if last is not None:
-        shuffled = _shuffled(x, weight, bias, st, pd, op, dl, groups, run)
-        if shuffled is not None:
-            return shuffled
     out = torch.empty(x.shape[0], K, *outs, dtype=x.dtype, device=x.device,
                       memory_format=last or torch.contiguous_format)
     # under torch.compile the phases' convolutions are the traced custom op; the interleave
@@ -2624,6 +2627,42 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     return out
 
 
+_TRANSPOSE_FORMS: dict = {}
+
+
+def _transpose_form(x, weight, stride, padding, output_padding, groups, dilation,
+                    dims: int) -> tuple:
+    """A transposed convolution's arguments checked (LaunchError naming the bad one) and what
+    `_conv_transpose` does with them: (stride, padding, output_padding, dilation as tuples,
+    the stride-1 form's padding, the form): "flip" (stride 1: one convolution with the
+    flipped weight), "shuffle" (kernel == stride, `_shuffled` where x is channels-last and
+    the depth stride, if any, is 1), "phases" (one convolution a phase, or `_patches`, and
+    the interleave). A function of the arguments, the weight's shape and x's channels."""
+    name = f"argus.ops.conv_transpose{dims}d"
+    st, pd, op, dl = (_pair(v, n, dims) for v, n in (
+        (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
+        (dilation, "dilation")))
+    if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups or \
+            x.shape[1] != weight.shape[0]:
+        raise LaunchError(f"{name}: x has {x.shape[1]} channels, weight "
+                          f"{tuple(weight.shape)} ([C, K / groups, *kernel]); groups={groups} "
+                          f"must divide C")
+    if min(st) < 1 or min(dl) < 1 or min(pd) < 0 or any(o >= max(s_, d) for o, s_, d in
+                                                          zip(op, st, dl)):
+        raise LaunchError(f"{name}: stride {st}, dilation {dl} >= 1, padding {pd} >= 0, "
+                          f"output_padding {op} < max(stride, dilation)")
+    ks = tuple(weight.shape[2:])
+    conv_pad = tuple(d * (k - 1) - p for d, k, p in zip(dl, ks, pd))
+    if set(st) == {1} and set(op) == {0} and min(conv_pad) >= 0:
+        kind = "flip"
+    elif groups == 1 and ks == st and set(pd) == {0} and set(op) == {0} and \
+            set(dl) == {1} and (dims < 3 or st[0] == 1):
+        kind = "shuffle"
+    else:
+        kind = "phases"
+    return st, pd, op, dl, conv_pad, kind
+
+
 def _channels_last(x):
     """The memory format of a transposed convolution's output, as torch returns it (its
     suggest_memory_format): channels_last (channels_last_3d) for an x whose strides are
@@ -2650,7 +2689,7 @@ def _channels_last(x):
     return fmt
 
 
-def _shuffled(x, weight, bias, st, pd, op, dl, groups, run):
+def _shuffled(x, weight, bias, st: tuple, run):
     """A channels-last x's transposed convolution whose kernel is its stride (`_patches`' case)
     as ONE 1x1 convolution written depth-to-space into the channels-last output
     (convolve(shuffle=(s_h, s_w)): its epilogue stores each output row phase's sw * K channels
@@ -2660,12 +2699,8 @@ def _shuffled(x, weight, bias, st, pd, op, dl, groups, run):
     2-d (1-d: a unit height) and in 3-d with depth stride
     1 (the GEMM's rows (n, d, h) are then one strided axis of the output: with a depth stride
     the output's depth phases split it, and the 1x1 convolution plus `_interleave` runs
-    instead). None where the case does not apply."""
-    ks = tuple(weight.shape[2:])
-    if groups != 1 or ks != tuple(st) or set(pd) != {0} or set(op) != {0} or set(dl) != {1}:
-        return None
-    if len(st) == 3 and st[0] != 1:
-        return None
+    instead). The case itself (`_transpose_form`'s "shuffle") is the caller's to check; None
+    where `run` is not one of these."""
     if run is conv2d_interpret:
         if getattr(x, "is_cuda", False):
             return None

@@ -259,3 +259,25 @@ def test_a_block_reading_its_own_input_group_is_caught(monkeypatch):
                                         cluster_m=2, num_sms=6))
     assert any(d.code == "wgmma.agree" and d.severity == "error" for d in found), \
         [f"{d.severity} {d.code}" for d in found]
+
+
+def test_argument_checks_hold_with_the_forms_memo():
+    """`_transpose_form` runs once per (arguments, weight shape, channels): a repeated call
+    is a lookup, a list argument (unhashable) is checked every call, and a bad argument
+    still raises after good calls of the same shapes."""
+    g = torch.Generator().manual_seed(9)
+    x = _channels_last(torch.randn(1, 8, 3, 4, generator=g).bfloat16())
+    w = torch.randn(8, 4, 2, 2, generator=g).bfloat16()
+    run = conv_op.conv2d_interpret
+    a = conv_op.conv_transpose2d(x, w, None, 2, run=run)
+    b = conv_op.conv_transpose2d(x, w, None, [2, 2], run=run)
+    assert torch.equal(a, b) and _layout(b) == "channels_last"
+    assert (2, 2, 0, 0, 1, 1, w.shape, 8) in conv_op._TRANSPOSE_FORMS
+    with pytest.raises(LaunchError, match="must divide"):
+        conv_op.conv_transpose2d(x, w, None, 2, 0, 0, 3, run=run)
+    with pytest.raises(LaunchError, match="output_padding"):
+        conv_op.conv_transpose2d(x, w, None, 2, 0, 2, run=run)
+    with pytest.raises(LaunchError, match="stride="):
+        conv_op.conv_transpose2d(x, w, None, (2, 2, 2), run=run)
+    with pytest.raises(LaunchError, match="channels"):
+        conv_op.conv_transpose2d(x[:, :4], w, None, 2, run=run)
