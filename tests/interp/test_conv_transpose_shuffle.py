@@ -70,6 +70,8 @@ CASES = [
     (1, 2, 16, (7,), 8, (3,), True, torch.bfloat16),
     (3, 2, 8, (2, 3, 4), 8, (1, 2, 2), True, torch.bfloat16),
     (3, 1, 8, (2, 3, 3), 4, (2, 2, 2), False, torch.bfloat16),  # depth stride: + interleave
+    # 64 input columns: bw 64, the wide TMA-store epilogue of a channels-last x (stop 50)
+    (2, 1, 8, (2, 64), 8, (2, 2), True, torch.bfloat16),
 ]
 
 
@@ -216,11 +218,14 @@ BLOCKED_SCHEDULES = [
     (False, ConvSchedule(bm=128, bn=64, bw=64, stages=2, rowbox=True, num_sms=2)),
     (False, ConvSchedule(bm=128, bn=64, bw=8, stages=2, epilogue="tma", cluster_m=2,
                          num_sms=4)),
+    (True, ConvSchedule(bm=128, bn=64, bw=64, stages=2, epilogue="tma", rowbox=True,
+                        num_sms=2)),
 ]
 
 
 @pytest.mark.parametrize("bias,schedule", BLOCKED_SCHEDULES,
-                         ids=["rowbox_tma_bw16_bias", "rowbox_direct", "rows_tma_cluster"])
+                         ids=["rowbox_tma_bw16_bias", "rowbox_direct", "rows_tma_cluster",
+                              "rowbox_tma_bw64_bias"])
 def test_out_blocks_kernel_verifies_with_zero_findings(bias, schedule):
     """Each block's batch index reads the input of group g // out_blocks: the groups still
     agree (wgmma.agree proven), every Out element stored once and all covered."""
