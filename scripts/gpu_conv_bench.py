@@ -65,6 +65,9 @@ normwise error against float64.
     python scripts/gpu_conv_bench.py --unet --variants default,norowbox,taps,gemm
                                                 # the UNet 3x3 rows on 64^2+ images under the
                                                 # --variants schedules
+    python scripts/gpu_conv_bench.py --unet --variants default,tma-epilogue,pingpong,pingpong-tma
+                                                # ping-pong consumers (ConvSchedule.pingpong)
+                                                # against the default and its TMA epilogue
     python scripts/gpu_conv_bench.py --profile "c4 3x3 256"   # torch.profiler: GPU time per
                                                 # kernel (ours, operand preparation, cuDNN's)
                                                 # and host time per call, for one layer
@@ -329,7 +332,7 @@ def _im2col_steps(x, w, b, stride, padding):
 
 VARIANTS = ("default", "previous", "rowbox", "rowbox-nocluster", "norowbox", "halo",
             "halo-nocluster", "taps", "norowbox-taps", "gemm", "tma-epilogue", "2sm",
-            "bm64-2sm", "op")
+            "bm64-2sm", "pingpong", "pingpong-tma", "op")
 
 
 def _layer(N, C, H, W, K, R, S, seed: int):
@@ -665,6 +668,21 @@ def _small_image_candidates(x, w, st, pad, default) -> dict:
     return out
 
 
+def _pingpong(one, step: int, epilogue: str | None = None):
+    """The rowbox schedule `one` with ping-pong consumers (ConvSchedule.pingpong) and the
+    epilogue asked (None: one's), its ring as deep as the shared memory left beside the
+    TMA-store epilogue's staging (both warpgroups' bm x bn 16-bit tiles) allows, 2 to 6
+    stages of `step` bytes."""
+    import dataclasses
+
+    from argus.ops import conv as conv_ops
+
+    epilogue = epilogue or one.epilogue
+    staging = 2 * one.bm * one.bn * 2 if epilogue == "tma" else 0
+    return dataclasses.replace(one, pingpong=True, epilogue=epilogue, stages=max(
+        2, min(6, (conv_ops._SMEM_BUDGET - staging) // step)))
+
+
 def variants(which: tuple[str, ...] = VARIANTS, layers: str = "resnet") -> None:
     """The quick ResNet layers' kernel alone (prepared launches, no host work) under the
     default schedule (2x1 weight-multicast cluster, rowbox where it applies) and its
@@ -733,7 +751,13 @@ def variants(which: tuple[str, ...] = VARIANTS, layers: str = "resnet") -> None:
                 "2 CTAs an SM (bm 64, 1 wg)": ("bm64-2sm", lambda: dataclasses.replace(
                     one, bm=64, bw=64, consumers=1, ctas_per_sm=2, consumer_regs=216,
                     stages=max(2, min(6, (100 * 1024 - 64 * one.bn * 2) //
-                                      (step * (64 + one.bn) // (128 + one.bn))))))}
+                                      (step * (64 + one.bn) // (128 + one.bn)))))),
+                # ping-pong (ConvSchedule.pingpong: each consumer warpgroup owns whole 128-row
+                # tiles, taking units in turns, so one's epilogue overlaps the other's K loop);
+                # the TMA-store epilogue stages both warpgroups' whole tiles (2 x 128 x bn)
+                "ping-pong (bm 128 a warpgroup)": ("pingpong", lambda: _pingpong(one, step)),
+                "ping-pong, tma epilogue": ("pingpong-tma", lambda: _pingpong(
+                    one, step, epilogue="tma"))}
             for label, (key, make) in tries.items():
                 if key not in which:
                     continue

@@ -45,12 +45,25 @@ whole A tile (a tile's rows are output rows of one image); strided layers read i
 tensor map's element strides (ag.tma.load(elem_strides=)), so the box's (i, j) element is the
 input pixel of output pixel (p0 + i, q0 + j) at the step's tap.
 
+Ping-pong (ConvSchedule(pingpong=True), the GEMM's: argus/kernels/gemm.py): the two consumer
+warpgroups each own whole tiles of bm = 64 or 128 rows (bm / 64 accumulators of 64 rows,
+OperandRing.mma_tile) and take the CTA's units in turns (TileScheduler.turns, the main loop
+an ag.ordered("mma") section, pipe.skip over the other's unit, a ring of one release a
+slot), so one warpgroup's epilogue overlaps the other's K loop, where the cooperative
+kernel's two warpgroups both store while the tensor cores idle: the UNet layers' K loops are
+9-36 steps. Each accumulator is stored as the cooperative kernel stores a warpgroup's rows
+(`store_block`: one output row segment direct, bw = 64, or 64 / bw TMA-stored segments,
+each accumulator its own staging slot). The plain ring's producers only (per-row boxes,
+rowbox, packed taps; channels-last or NCHW results from registers); not the halo's ring,
+promote or two CTAs an SM (ConvSchedule._pingpong_problems).
+
 Built from the warp-specialized skeleton (argus/kernels/warp_specialized.py): TileScheduler,
 OperandRing (the ring and the wgmma main loop); this file adds the im2col producer and the
 output-row epilogue.
 """
 
 
+import contextlib
 import functools
 from dataclasses import dataclass
 
@@ -239,16 +252,17 @@ class ConvSchedule(WarpSpecializedSchedule):
         if self.bw not in (8, 16, 32, 64, 128) or self.bm % self.bw:
             problems.append(f"bw={self.bw}: one box of output columns is 8, 16, 32, 64 or 128 "
                             f"rows of the tile and divides bm={self.bm}")
-        if self.bw > self.bm // max(self.consumers, 1):
+        if self.pingpong:
+            problems += self._pingpong_problems()
+        elif self.bw > self.bm // max(self.consumers, 1):
             problems.append(f"bw={self.bw} exceeds a consumer warpgroup's {self.bm} / "
                             f"{self.consumers} rows: its store would split an output row")
-        if self.pingpong:
-            problems.append("the convolution runs without ping-pong: pingpong=False")
         if self.cluster_m > 1 and (self.bn // self.cluster_m) % 8:
             problems.append(f"cluster_m={self.cluster_m}: each CTA of the cluster multicasts "
                             f"bn / {self.cluster_m} of the weight tile's rows, a multiple of "
                             f"8; bn={self.bn}")
-        if self.epilogue == "direct" and self.bw != self.bm // max(self.consumers, 1):
+        if self.epilogue == "direct" and not self.pingpong and \
+                self.bw != self.bm // max(self.consumers, 1):
             problems.append(f"epilogue='direct' stores a warpgroup's {self.bm} / "
                             f"{self.consumers} accumulator rows as one output row segment: "
                             f"bw={self.bw} must equal it (narrower boxes: epilogue='tma')")
@@ -257,6 +271,32 @@ class ConvSchedule(WarpSpecializedSchedule):
                             f"bn={self.bn}")
         if self.zero_by_wgmma:
             problems.append("zero_by_wgmma is not wired into the convolution")
+        return problems
+
+    def _pingpong_problems(self) -> list[str]:
+        """Ping-pong (the skeleton's checks: 2 consumer warpgroups, bm 64 or 128 a
+        warpgroup's tile, persistent, no cluster, the accumulator's registers) on the
+        convolution: each warpgroup's tile is bm / 64 accumulators of 64 rows, and each is
+        stored as output row segments of bw rows (direct: one segment, bw 64; tma: 64 / bw
+        of them, bw <= 64). The plain ring's producers only (per-row boxes, rowbox, packed
+        taps): the halo's ring and promote's second accumulator are not wired for it, nor
+        two CTAs an SM (its entry-register check counts 64-row accumulators)."""
+        problems = []
+        if self.epilogue == "direct" and self.bw != 64:
+            problems.append(f"pingpong with epilogue='direct' stores each 64-row accumulator "
+                            f"as one output row segment: bw={self.bw} must be 64 (narrower "
+                            f"boxes: epilogue='tma')")
+        if self.bw > 64:
+            problems.append(f"pingpong stores 64-row accumulators: bw={self.bw} would split "
+                            f"an output row (bw <= 64)")
+        if self.halo or self.promote:
+            problems.append(f"pingpong runs on the plain ring with one accumulator a 64-row "
+                            f"block: halo=False, promote=False (got halo={self.halo}, "
+                            f"promote={self.promote})")
+        if self.ctas_per_sm != 1:
+            problems.append(f"pingpong runs one CTA an SM (ctas_per_sm=1): its two warpgroups "
+                            f"already overlap one's epilogue with the other's K loop; got "
+                            f"ctas_per_sm={self.ctas_per_sm}")
         return problems
 
     def _entry_register_problems(self) -> list[str]:
@@ -845,7 +885,8 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                      num_sms=s.num_sms * s.ctas_per_sm, group_m=s.group_m)
         # taps_per_slice: each step's K slices are atoms of the ring, swizzled by their row
         ring = _HaloRing.alloc(s, geom, in_dtype) if s.halo else \
-            OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype, s.consumers,
+            OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype,
+                              1 if s.pingpong else s.consumers,
                               precision=precision, k_atoms=atoms,
                               swizzle=128 if atoms == 1 else s.bk * in_dtype.bytes)
         if geom.cg_padded % s.bk:
@@ -881,12 +922,15 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
         # A's from each box's tap (_im2col_tags: ag.tma.load(tags=)), so wgmma.agree and
         # wgmma.k-once speak of the pair, not of the channel that repeats across taps
         ag.tag_tensor(Wt, kin=lambda g, kg, kt: kt)
-        rows = s.bm // s.consumers
-        if s.epilogue == "tma":
-            staging = Staging.alloc(s.consumers, rows, s.bn, out_dtype)
+        # rows of one accumulator: a consumer warpgroup's share of the tile, or (ping-pong:
+        # each warpgroup owns whole tiles) one of its bm / 64 accumulators of 64 rows
+        rows = 64 if s.pingpong else s.bm // s.consumers
+        blocks = s.bm // 64 if s.pingpong else 1    # accumulators a warpgroup holds
+        if s.epilogue == "tma":     # a slot per accumulator (ping-pong: per warpgroup's block)
+            staging = Staging.alloc(s.consumers * blocks, rows, s.bn, out_dtype)
         nchw_tma = nchw and s.nchw_epilogue in ("tma", "staged")
         if nchw_tma:
-            nchw_stage = NchwStaging.alloc(s.consumers, s.bw, s.bn, out_dtype)
+            nchw_stage = NchwStaging.alloc(s.consumers * blocks, s.bw, s.bn, out_dtype)
 
         def tile_origin(unit):
             """(first flattened output row n * P + p, first output column) of the unit."""
@@ -968,67 +1012,104 @@ def conv_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, bias: boo
                                         _weight_coords(g, unit.n * s.bn + sched.rank * part,
                                                        tap, c0, cg_padded), multicast=cs > 1)
 
-        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
-            for unit in sched.units():
-                if s.halo:
-                    # (where a warpgroup's rows are one halo row, bw = bm / consumers: R
-                    # queries a tile; narrower rows ask R * rows / bw, 24 at bw 8, ~6 s, and
-                    # carry none: docs/verify.md "Conv receptive field: narrow boxes, 3-d, halo")
-                    acc = ring.mma(k_steps, wg, _halo_receptive_field(geom, X, H, wg, 1)
-                                   if s.bw == rows else None)
+        def receptive_check():
+            """check_a of the main loop over views of `rows` rows (see below)."""
+            # 2-d: each A element is its output pixel's receptive field (or a zero);
+            # narrow per-row boxes (bw < rows): one assertion a box (_per_box), as one over
+            # the view's rows / bw boxes ran past the solver's budget (their output rows'
+            # image * H and pushed-row products together). 3-d as 2-d, with the depth
+            # (docs/verify.md "Conv receptive field: 3-d")
+            check = _receptive_field(geom, X, H, s.rowbox, D, OD)
+            if check is not None and not s.rowbox and s.bw < rows:
+                least = NARROW_CHECK_MIN_BW if geom.flat else NARROW_CHECK_MIN_BW_3D
+                check = _per_box(check, rows, s.bw) \
+                    if s.bw >= least and atoms == 1 else None
+            return check
+
+        def tile_epilogue(unit):
+            """What the epilogue reads once a tile: (group, first flattened output row, first
+            output column, the bias row as fp32 or None)."""
+            (g,) = unit.batch
+            np0, q0 = tile_origin(unit)
+            b = ag.load(Bias, (g, unit.n * s.bn), (1, s.bn)).to(ag.f32) if bias else None
+            return g, np0, q0, b
+
+        def store_block(unit, origin, acc, base, slot):
+            """Store one accumulator of `rows` rows: the tile's output rows base * per_block..
+            (per_block = rows / bw of them; base is the consumer warpgroup, or a ping-pong
+            warpgroup's accumulator index), through staging slot `slot` (TMA epilogue)."""
+            g, np0, q0, b = origin
+            y = acc
+            if bias:
+                y = y + b
+            y = _activate(y, activation).to(out_dtype)
+            per_block = rows // s.bw                # output rows in this accumulator's rows
+            if nchw:
+                # channels-first, pixel i and channel j -> Out[g, n, p, n0 + j, q0 + i].
+                # Per-image tiles (halo / rowbox, 2-d): the tile's image and first row
+                # directly, a row past P dropped by the store's bound on Out's P axis.
+                # Else row r = (n * OD + od) * P + p of the flattened rows is image
+                # r // (OD * P), plane row r % (OD * P); a row past NP has an image past N.
+                if image_tiles:
+                    block = unit.m // q_tiles
+                    per_image = ag.cdiv(P, row_blocks)
+                    image, p = block // per_image, (block % per_image) * row_blocks + base
                 else:
-                    # 2-d: each A element is its output pixel's receptive field (or a zero);
-                    # narrow per-row boxes (bw < bm / consumers): one assertion a box
-                    # (_per_box), as one over the warpgroup's rows / bw boxes ran past the
-                    # solver's budget (their output rows' image * H and pushed-row products
-                    # together). 3-d as 2-d, with the depth (docs/verify.md "Conv receptive
-                    # field: 3-d")
-                    check = _receptive_field(geom, X, H, s.rowbox, D, OD)
-                    if check is not None and not s.rowbox and s.bw < rows:
-                        least = NARROW_CHECK_MIN_BW if geom.flat else NARROW_CHECK_MIN_BW_3D
-                        check = _per_box(check, rows, s.bw) \
-                            if s.bw >= least and atoms == 1 else None
-                    acc = promoted_mma(ring, k_steps, wg) if s.promote else \
-                        ring.mma(k_steps, wg, check_a=check)
-                (g,) = unit.batch
-                np0, q0 = tile_origin(unit)
-                y = acc
-                if bias:
-                    y = y + ag.load(Bias, (g, unit.n * s.bn), (1, s.bn)).to(ag.f32)
-                y = _activate(y, activation).to(out_dtype)
-                per_wg = rows // s.bw                   # output rows in this warpgroup's rows
-                if nchw:
-                    # channels-first, pixel i and channel j -> Out[g, n, p, n0 + j, q0 + i].
-                    # Per-image tiles (halo / rowbox, 2-d): the tile's image and first row
-                    # directly, a row past P dropped by the store's bound on Out's P axis.
-                    # Else row r = (n * OD + od) * P + p of the flattened rows is image
-                    # r // (OD * P), plane row r % (OD * P); a row past NP has an image past N.
-                    if image_tiles:
-                        block = unit.m // q_tiles
-                        per_image = ag.cdiv(P, row_blocks)
-                        image, p = block // per_image, (block % per_image) * row_blocks + wg
+                    r = np0 + base
+                    image, p = r // Out.shape[2], r % Out.shape[2]
+                if nchw_tma:
+                    nchw_stage.store(Out, (g, image, p, unit.n * s.bn, q0), slot, y,
+                                     bulk=s.nchw_epilogue == "tma")
+                else:
+                    ag.store(Out, (g, image, p, unit.n * s.bn, q0), y, transposed=True)
+                return
+            if s.epilogue == "direct":              # bw == rows: one output row segment
+                ag.store(Out, (g, out_row(np0, base), q0, unit.n * s.bn), y)
+                return
+            # stage 64-column blocks in shared memory, then one TMA store per output row
+            # segment of bw rows (clipped by the hardware at Q and N * P)
+            w = staging.width
+            for jc in range(staging.blocks):
+                place = staging.slot(slot, jc)
+                ag.stmatrix(place, y[:, w * jc:w * (jc + 1)])
+                for j in range(per_block):
+                    ag.tma.store(Out, (g, out_row(np0, base * per_block + j), q0,
+                                       unit.n * s.bn + w * jc),
+                                 place.rows_of(j * s.bw, s.bw))
+
+        if s.pingpong:
+            # whole tiles in turns (the GEMM's ping-pong, argus/kernels/gemm.py): warpgroup
+            # `turn` multiplies the unit's bm rows as bm / 64 accumulators in an ordered
+            # section and stores them while the other multiplies the next unit; the other
+            # skips this unit's K steps of the ring (one release a slot: consumers=1)
+            check = receptive_check()
+            with ag.role("consumer", warpgroups=2, regs=s.consumer_regs) as wg:
+                for turn, unit in sched.turns(2):
+                    with ag.when(turn == wg):
+                        with ag.ordered("mma"):
+                            accs = ring.mma_tile(k_steps, check_a=check)
+                        with ag.ordered("epilogue") if s.ordered_epilogue else \
+                                contextlib.nullcontext():
+                            origin = tile_epilogue(unit)
+                            for j, acc in enumerate(accs):     # 64-row blocks of the tile
+                                store_block(unit, origin, acc, j, wg * blocks + j)
+                    with ag.when(turn != wg):
+                        ring.pipe.skip(k_steps)  # the other warpgroup's unit
+        else:
+            with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+                for unit in sched.units():
+                    if s.halo:
+                        # (where a warpgroup's rows are one halo row, bw = bm / consumers: R
+                        # queries a tile; narrower rows ask R * rows / bw, 24 at bw 8, ~6 s,
+                        # and carry none: docs/verify.md "Conv receptive field: narrow boxes,
+                        # 3-d, halo")
+                        acc = ring.mma(k_steps, wg, _halo_receptive_field(geom, X, H, wg, 1)
+                                       if s.bw == rows else None)
                     else:
-                        r = np0 + wg
-                        image, p = r // Out.shape[2], r % Out.shape[2]
-                    if nchw_tma:
-                        nchw_stage.store(Out, (g, image, p, unit.n * s.bn, q0), wg, y,
-                                         bulk=s.nchw_epilogue == "tma")
-                    else:
-                        ag.store(Out, (g, image, p, unit.n * s.bn, q0), y, transposed=True)
-                    continue
-                if s.epilogue == "direct":              # bw == rows: one output row segment
-                    ag.store(Out, (g, out_row(np0, wg), q0, unit.n * s.bn), y)
-                    continue
-                # stage 64-column blocks in shared memory, then one TMA store per output row
-                # segment of bw rows (clipped by the hardware at Q and N * P)
-                w = staging.width
-                for jc in range(staging.blocks):
-                    slot = staging.slot(wg, jc)
-                    ag.stmatrix(slot, y[:, w * jc:w * (jc + 1)])
-                    for j in range(per_wg):
-                        ag.tma.store(Out, (g, out_row(np0, wg * per_wg + j), q0,
-                                           unit.n * s.bn + w * jc),
-                                     slot.rows_of(j * s.bw, s.bw))
+                        check = receptive_check()
+                        acc = promoted_mma(ring, k_steps, wg) if s.promote else \
+                            ring.mma(k_steps, wg, check_a=check)
+                    store_block(unit, tile_epilogue(unit), acc, wg, wg)
 
     suffix = "" if (in_dtype, out_dtype) == (ag.bf16, ag.bf16) else \
         f"_{precision or in_dtype.name}_{out_dtype.name}"

@@ -419,7 +419,7 @@ class OperandRing:
                              precision=self.precision)
         return acc
 
-    def mma_tile(self, k_steps, *, zero_by_wgmma: bool = False) -> list:
+    def mma_tile(self, k_steps, *, zero_by_wgmma: bool = False, check_a=None) -> list:
         """A ping-pong consumer's main loop for one unit: this warpgroup multiplies the whole
         bm x bn tile, as bm / 64 accumulators of 64 rows (one m64 wgmma each per K slice).
         Each wgmma is a commit group of its own, so a 128-row tile's step commits two; the
@@ -427,7 +427,8 @@ class OperandRing:
         leaving both in flight while the next full barrier is awaited, as CUTLASS keeps a
         whole k tile in flight (wait_group 1 would retire the first). The previous step's
         groups are retired by that wait before its slot is released (the verifier proves it:
-        sync.release)."""
+        sync.release). check_a(view): as for `mma`, called with each 64-row A view right
+        before its wgmma (tag assertions: no code)."""
         accs = [ag.zeros((64, self.bn), ag.f32, by_wgmma=zero_by_wgmma)
                 for _ in range(self.bm // 64)]
         for k in ag.range(k_steps):
@@ -438,6 +439,8 @@ class OperandRing:
                         a_view = self.a[stage].rows_of(atom * self.a_rows + j * self.bk,
                                                        self.bk) if self.mn_major_a else \
                             self.a[stage].rows_of(atom * self.bm + j * 64, 64)
+                        if check_a is not None:
+                            check_a(a_view)
                         ag.wgmma(a_view, b_view, acc, trans_b=self.mn_major_b,
                                  trans_a=self.mn_major_a, precision=self.precision)
         return accs
