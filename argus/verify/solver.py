@@ -517,7 +517,7 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
         # 4. the full portfolio, unchanged: it alone decides violations, so counterexamples
         # do not depend on the fast paths above
         out = _prove(premises, claims, rlimit, minimize, stats,
-                     rlimit_of(minimize_budget_ms), theory)
+                     rlimit_of(minimize_budget_ms), theory, known_sat=_QUICK_SAT[0])
     if out.status == "unknown" and theory == "NIA" and minimize and out.reason != _VACUOUS:
         # 5. the symbolic query ran out of budget: look for a bug among small launches
         out = _within_small_launches(premises, claims, rlimit, minimize, stats,
@@ -1546,7 +1546,12 @@ def _vacuity(premises, rlimit, make) -> z3.CheckSatResult:
     return res
 
 
-def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory) -> Outcome:
+def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory,
+           known_sat: bool = False) -> Outcome:
+    """The full portfolio (`_portfolio`), which alone decides violations. `known_sat`: a
+    quick attempt of `prove` found the negated claims satisfiable, so the query has a
+    counterexample and no proof: a non-linear one then goes to the plain solver first (see
+    `_portfolio_order`)."""
     conj = z3.And([c for _, c in claims]) if claims else z3.BoolVal(True)
     t0 = time.perf_counter()
     if theory != "QF_BV":
@@ -1559,7 +1564,8 @@ def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory) -
     # each solver of the portfolio in turn, its share of the budget; the last one (which
     # decides) again with the other seeds while it answers unknown
     portfolio = _portfolio(theory)
-    tries = [(make, share, 0) for make, share in portfolio] + \
+    tries = [(make, share, 0) for make, share in _portfolio_order(portfolio, theory,
+                                                                   known_sat)] + \
         [(portfolio[-1][0], portfolio[-1][1], seed) for seed in SEEDS[1:]]
     decider = None
     for make, share, seed in tries:
@@ -1662,6 +1668,28 @@ def _portfolio(theory: str):
     if theory == "QF_BV":
         return [(z3.Solver, 1.0)]
     return [(_purified, 0.25), (z3.Solver, 1.0)]
+
+
+def _portfolio_order(portfolio, theory: str, known_sat: bool):
+    """The order `_prove` tries the portfolio's solvers in (seed 0): as listed, except for a
+    non-linear query already known to be satisfiable (`known_sat`), which tries the deciding
+    plain solver first and purify-arith after it, with the same shares (a counterexample
+    exists, so no proof is lost: the verdict is the same either way; the minimized model
+    starts from another model, so its values may differ, as between two runs of one tree).
+
+    Why: z3 5.4's purified `smt` is heavy-tailed on such sat queries, and its tail is not
+    bounded by the rlimit or the wall-clock backstop: the Diophantine-equation handler of its
+    integer core (`lp::dioph_eq::substitute_on_q`) grows big-number coefficients without
+    counting resource units or polling for cancellation. Seen on store.once of the mutated
+    persistent GEMM (`raster_full_groups`) after test_conv_raster_split.py in one process:
+    one purified check ran 47 s at 13M counted units (of 100M) and came back from a 20 s
+    timeout only then; with the 400 s backstop of a 20 s test budget it hung the run. The
+    plain solver (its qfnia tactic) finds that model in 0.07-0.8 s in each of 12 term orders,
+    the purified one took 1-7 s or stalled (> 20 s) in 3 of them (docs/verify.md, "A
+    counterexample known to exist goes to the plain solver first")."""
+    if known_sat and theory == "NIA" and len(portfolio) > 1:
+        return [portfolio[-1]] + list(portfolio[:-1])
+    return list(portfolio)
 
 
 def _as_bool(x) -> z3.BoolRef:

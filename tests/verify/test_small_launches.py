@@ -65,11 +65,11 @@ def test_prove_tries_small_launches_after_an_unknown(monkeypatch):
     real = solver._prove
     calls = []
 
-    def unbounded_unknown(prem, cl, rlimit, minimize, stats, minimize_rlimit, theory):
+    def unbounded_unknown(prem, cl, rlimit, minimize, stats, minimize_rlimit, theory, **kw):
         calls.append(len(prem))
         if len(prem) == len(premises):   # the unbounded query: out of budget
             return solver.Outcome("unknown", 1.0, reason="z3: canceled: out of budget")
-        return real(prem, cl, rlimit, minimize, stats, minimize_rlimit, theory)
+        return real(prem, cl, rlimit, minimize, stats, minimize_rlimit, theory, **kw)
     monkeypatch.setattr(solver, "_prove", unbounded_unknown)
     monkeypatch.setattr(solver, "_quick_proof", lambda *a, **k: None)
     out = solver.prove(premises, claims, minimize=params, theory="NIA")
