@@ -127,8 +127,9 @@ class WarpSpecializedSchedule:
             problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
         if self.pingpong:
             if self.consumers != 2 or self.bm not in (64, 128):
-                problems.append(f"pingpong: 2 consumer warpgroups each own a whole tile of 64 "
-                                f"or 128 rows; got consumers={self.consumers}, bm={self.bm}")
+                problems.append(f"pingpong=True: 2 consumer warpgroups each own a whole tile "
+                                f"of 64 or 128 rows; got consumers={self.consumers}, "
+                                f"bm={self.bm}")
             if not self.persistent:
                 problems.append("pingpong takes turns over a CTA's units: it needs "
                                 "persistent=True (one unit per CTA leaves one consumer idle)")
@@ -136,11 +137,12 @@ class WarpSpecializedSchedule:
             # ragged GPU case failed (docs/perf/gemm.md run 3) and measured no faster: refused.
             # The TMA-store epilogue alone passed every GPU case there (64x192)
             if self.cluster_m != 1:
-                problems.append("pingpong runs without clusters (cluster_m=1)")
+                problems.append(f"pingpong=True runs without clusters: cluster_m={self.cluster_m} "
+                                f"(use 1)")
             if self.bm * self.bn > 128 * 128 + 64 * 64:
-                problems.append(f"pingpong: a {self.bm}x{self.bn} fp32 accumulator per "
-                                f"warpgroup exceeds the register budget (at most 128x160 or "
-                                f"64x256)")
+                problems.append(f"pingpong=True: a bm={self.bm} x bn={self.bn} fp32 "
+                                f"accumulator per warpgroup exceeds the register budget (at "
+                                f"most 128x160 or 64x256)")
         elif self.ordered_epilogue:
             problems.append("ordered_epilogue orders ping-pong epilogues: it needs pingpong=True")
         elif self.consumers < 1 or self.bm != 64 * self.consumers:

@@ -80,7 +80,8 @@ def _fields(values: dict[str, Any], packed_bk: int) -> dict[str, Any]:
     scripts/gpu_conv_bench.py's 2/SM schedules); at one, the skeleton's default split."""
     from argus.target.limits import SETMAXNREG_STEP, entry_registers
 
-    consumers = max(1, values["bm"] // 64)
+    # ping-pong: two warpgroups, each owning a whole bm-row tile (64 or 128)
+    consumers = 2 if values.get("pingpong") else max(1, values["bm"] // 64)
     out = {**values, "consumers": consumers,
            "bk": packed_bk if values["taps_per_slice"] > 1 else 64}
     if values["ctas_per_sm"] == 2:
@@ -93,7 +94,7 @@ def _fields(values: dict[str, Any], packed_bk: int) -> dict[str, Any]:
 
 # the values the family searches (the declaration accepts more: bm 192 / 256, deeper rings)
 TILE = Part(_conv_schedule, exposed=("bm", "bn", "bw", "stages", "cluster_m", "epilogue",
-                                     "rowbox", "taps_per_slice", "ctas_per_sm"),
+                                     "rowbox", "taps_per_slice", "ctas_per_sm", "pingpong"),
             search=(("bm", (64, 128)), ("stages", (2, 3, 4, 5, 6))))
 
 
@@ -198,7 +199,8 @@ class ConvFamily(ScheduleFamily):
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         """The per-row boxes, the direct epilogue, a two-stage ring, no cluster."""
         return {"bm": 128, "bn": 128, "bw": 64, "stages": 2, "cluster_m": 1,
-                "epilogue": "direct", "rowbox": False, "taps_per_slice": 1, "ctas_per_sm": 1}
+                "epilogue": "direct", "rowbox": False, "taps_per_slice": 1, "ctas_per_sm": 1,
+                "pingpong": False}
 
     def build(self, task: TaskSpec, params: dict[str, Any]):
         """conv_kernel for the layer's dtype (the task's bias, no activation, channels-last

@@ -270,6 +270,9 @@ CONV = dict(
                          "slices a step; shared memory is read from the lowering)"),
     ctas_per_sm=legal((1, 2), rule="ag.occupancy: CTAs an SM (ConvSchedule._problems: the "
                       "entry registers)"),
+    pingpong=legal((False, True), rule="argus/kernels/conv.py (two consumer warpgroups own "
+                   "whole tiles in turns; measured -3% to +7% against the cooperative tile on "
+                   "the UNet layers, docs/perf/conv.md, so a candidate, not a default)"),
     halo=fixed("not searched: unmeasured on the GPU (argus.ops.conv.schedule_for)"),
     promote=fixed("the fp32 split's, not a 16-bit layer's"),
     nchw_epilogue=fixed("the family's result is channels-last"),
