@@ -104,10 +104,13 @@ SPLIT_SLOTS = {1: ((0, 0),), 3: ((0, 1), (1, 0), (0, 0)),
 def _pair(v, name: str, n: int = 2) -> tuple:
     if isinstance(v, int):
         return (v,) * n
-    v = tuple(v)
-    if len(v) != n or not all(isinstance(e, int) for e in v):
+    try:
+        t = tuple(v)
+    except TypeError:                 # a scalar not an int (2.0): refused below, by name
+        t = (v,)
+    if len(t) != n or not all(isinstance(e, int) for e in t):
         raise LaunchError(f"argus.ops.conv{n}d: {name}={v!r} must be an int or {n} ints")
-    return v
+    return t
 
 
 # shared memory the ring and the staging buffer may take (of the H200's 227 KB per block)
@@ -619,8 +622,10 @@ def _nchw_result(x, s: ConvSchedule, nchw: bool | None) -> bool:
     instead of channels-last: `nchw` as asked; None: as eager returns it, NC(D)HW for an
     NC(D)HW-contiguous x, channels-last for any other x (a channels-last x keeps its layout).
     Only where the schedule stores from registers (epilogue 'direct': every fp32 schedule,
-    16-bit layers with Q > 32); a 16-bit narrow layer's TMA-store epilogue (64-column blocks
-    of channels staged by stmatrix) keeps the channels-last result."""
+    16-bit layers with Q > 32 of an NC(D)HW-contiguous x); the TMA-store epilogue (64-column
+    blocks of channels staged by stmatrix: 16-bit narrow layers, and since stop 50 wide
+    rowbox layers of any other x, `_schedule_for`'s wide_tma) keeps the channels-last result,
+    nchw=True or not (argus.compose makes it NCHW after: its `_nchw`)."""
     if nchw is False or s.epilogue != "direct":
         return False
     return nchw is True or x.is_contiguous()
@@ -2521,9 +2526,10 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     read once and stored once, coalesced), a phase no tap reaches taking the bias (or 0)
     there. Other dtypes than fp32 / bf16 / fp16 keep torch's strided copies.
 
-    The output's layout is torch's: channels-last (channels_last / channels_last_3d) for a
-    channels-last x (`_channels_last`), NC(D)HW-contiguous for any other. A channels-last
-    x whose kernel is its stride (`_patches`) runs as ONE launch: the 1x1 convolution's
+    The output's layout is torch's: channels-last (channels_last / channels_last_3d) where x
+    or the weight is channels-last by strides (`_channels_last`), NC(D)HW-contiguous
+    otherwise. A channels-last output whose kernel is its stride (`_patches`) runs as ONE
+    launch: the 1x1 convolution's
     epilogue writes the output depth-to-space (convolve(shuffle=)), no interleave pass."""
     import itertools
 
@@ -2535,12 +2541,13 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
                           f"[C, K / groups, *kernel] with {dims} spatial dims")
     # the arguments' checks and what follows from them, once per (arguments, weight shape,
     # channels) (`_transpose_form`): a repeated call's host work is the lookup
-    try:
+    # (plain ints and tuples of them only: 2.0, (2.0, 2.0) or True equal and hash as 2, (2, 2)
+    # or 1, and a hit would skip the check that refuses them; a list is unhashable)
+    key, form = None, None
+    if _plain_ints(stride, padding, output_padding, groups, dilation):
         key = (dims, stride, padding, output_padding, groups, dilation, weight.shape,
                x.shape[1])
         form = _TRANSPOSE_FORMS.get(key)
-    except TypeError:                                  # a list argument: no memo
-        key, form = None, None
     if form is None:
         form = _transpose_form(x, weight, stride, padding, output_padding, groups, dilation,
                                dims)
@@ -2549,7 +2556,7 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
             if len(_TRANSPOSE_FORMS) > _MEMO_SIZE:
                 _TRANSPOSE_FORMS.pop(next(iter(_TRANSPOSE_FORMS)))
     st, pd, op, dl, conv_pad, kind = form
-    last = _channels_last(x)             # the output's memory format (None: NC(D)HW)
+    last = _channels_last(x, weight)     # the output's memory format (None: NC(D)HW)
     if kind == "shuffle" and last is not None and min(x.shape[2:]) >= 1:
         y = _shuffled(x, weight, bias, st, run)
         if y is not None:
@@ -2630,6 +2637,15 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
 _TRANSPOSE_FORMS: dict = {}
 
 
+def _plain_ints(*values) -> bool:
+    """Every value an int or a tuple of ints, exactly (no bool, float or numpy scalar):
+    `_TRANSPOSE_FORMS`' keys."""
+    for v in values:
+        if type(v) is not int and (type(v) is not tuple or any(type(e) is not int for e in v)):
+            return False
+    return True
+
+
 def _transpose_form(x, weight, stride, padding, output_padding, groups, dilation,
                     dims: int) -> tuple:
     """A transposed convolution's arguments checked (LaunchError naming the bad one) and what
@@ -2663,34 +2679,41 @@ def _transpose_form(x, weight, stride, padding, output_padding, groups, dilation
     return st, pd, op, dl, conv_pad, kind
 
 
-def _channels_last(x):
-    """The memory format of a transposed convolution's output, as torch returns it (its
-    suggest_memory_format): channels_last (channels_last_3d) for an x whose strides are
-    channels-last-like and dense, else None (NC(D)HW-contiguous). The strides rule is
-    c10's is_channels_last_strides_2d / _3d: along (C, W, H, (D,) N) each stride at least
-    the last one times its extent (an extent-1 dim does not multiply), C's stride not 0, and
-    N's not C's (a trivial C with every pixel stride equal reads as NC(D)HW)."""
+def _channels_last(x, weight):
+    """The memory format of a transposed convolution's output, as torch returns it (cuDNN's
+    cudnn_conv_suggest_memory_format, and the CPU's rule): channels_last (channels_last_3d)
+    where x's OR the weight's strides are channels-last-like (`_channels_last_strides`, dense
+    or not: a model converted with .to(memory_format=channels_last) fed an NC(D)HW x, a sliced
+    channels-last x), else None (NC(D)HW-contiguous)."""
     import torch
 
     dims = x.dim()
     if dims not in (4, 5):
         return None
-    fmt = torch.channels_last if dims == 4 else torch.channels_last_3d
-    if not x.is_contiguous(memory_format=fmt):
-        return None                              # (dense and channels-last, or neither)
-    shape, strides = x.shape, x.stride()
+    if _channels_last_strides(x) or \
+            weight.dim() == dims and _channels_last_strides(weight):
+        return torch.channels_last if dims == 4 else torch.channels_last_3d
+    return None
+
+
+def _channels_last_strides(t) -> bool:
+    """torch's suggest_memory_format of a 4-d / 5-d tensor is channels-last: c10's
+    is_channels_last_strides_2d / _3d: along (C, W, H, (D,) N) each stride at least the last
+    one times its extent (an extent-1 dim does not multiply), no extent 0, C's stride not 0,
+    and N's not C's (a trivial C with every pixel stride equal reads as NC(D)HW)."""
+    shape, strides = t.shape, t.stride()
     if strides[1] == 0:
-        return None
+        return False
     least = 0
-    for d in ((1, 3, 2, 0) if dims == 4 else (1, 4, 3, 2, 0)):
+    for d in ((1, 3, 2, 0) if t.dim() == 4 else (1, 4, 3, 2, 0)):
         if shape[d] == 0 or strides[d] < least or (d == 0 and least == strides[1]):
-            return None
+            return False
         least = strides[d] * (shape[d] if shape[d] > 1 else 1)
-    return fmt
+    return True
 
 
 def _shuffled(x, weight, bias, st: tuple, run):
-    """A channels-last x's transposed convolution whose kernel is its stride (`_patches`' case)
+    """A channels-last output's transposed convolution whose kernel is its stride (`_patches`)
     as ONE 1x1 convolution written depth-to-space into the channels-last output
     (convolve(shuffle=(s_h, s_w)): its epilogue stores each output row phase's sw * K channels
     of an input pixel as the output's sw pixels of that row): no interleave pass, no

@@ -205,8 +205,9 @@ def test_channels_last_follows_torchs_rule():
                         ((2, 8, 1, 1), (0, 1, 2, 3)), ((2, 3, 4, 5, 8), (0, 4, 1, 2, 3))]:
         x = torch.randn(*shape).permute(*perm)
         fn = F.conv_transpose2d if x.dim() == 4 else F.conv_transpose3d
-        want = fn(x, torch.randn(x.shape[1], 3, *(2,) * (x.dim() - 2)), stride=2)
-        got = conv_op._channels_last(x)
+        w = torch.randn(x.shape[1], 3, *(2,) * (x.dim() - 2))
+        want = fn(x, w, stride=2)
+        got = conv_op._channels_last(x, w)
         assert (got is not None) == (_layout(want) == "channels_last"), (shape, perm)
 
 
@@ -286,3 +287,55 @@ def test_argument_checks_hold_with_the_forms_memo():
         conv_op.conv_transpose2d(x, w, None, (2, 2, 2), run=run)
     with pytest.raises(LaunchError, match="channels"):
         conv_op.conv_transpose2d(x[:, :4], w, None, 2, run=run)
+
+
+@pytest.mark.parametrize("form", ["weight_channels_last", "sliced_x", "channel_slice_x"])
+@pytest.mark.parametrize("stride", [1, 2, 3], ids=["flip", "shuffle", "phases"])
+def test_layout_follows_torch_for_a_channels_last_weight_or_a_strided_x(form, stride):
+    """torch (cuDNN's cudnn_conv_suggest_memory_format, and the CPU's) returns a channels-last
+    result where x OR the weight is channels-last by strides (suggest_memory_format: dense or
+    not): a model converted with .to(memory_format=channels_last) fed an NCHW x, or a sliced
+    channels-last x. The values match either way."""
+    g = torch.Generator().manual_seed(11 + stride)
+    x = torch.randn(2, 8, 4, 6, generator=g).bfloat16()
+    w = torch.randn(8, 4, 2, 2, generator=g).bfloat16()
+    if form == "weight_channels_last":
+        w = w.contiguous(memory_format=torch.channels_last)
+    elif form == "sliced_x":
+        x = x.contiguous(memory_format=torch.channels_last)[:, :, :, ::2]
+    else:
+        x, w = x.contiguous(memory_format=torch.channels_last)[:, :4], w[:4]
+    y = conv_op.conv_transpose2d(x, w, None, stride, run=conv_op.conv2d_interpret)
+    ref = F.conv_transpose2d(x.double(), w.double(), None, stride)
+    want = F.conv_transpose2d(x, w, None, stride)
+    _close(y, ref, RTOL[torch.bfloat16])
+    assert _layout(want) == "channels_last" and _layout(y) == _layout(want), \
+        (form, _layout(y), _layout(want))
+
+
+@pytest.mark.parametrize("bad", [2.0, (2.0, 2.0), True], ids=["float", "float_pair", "bool"])
+def test_an_equal_but_not_int_argument_is_not_a_memo_hit(bad):
+    """2.0, (2.0, 2.0) and True equal (and hash as) 2, (2, 2) and 1: after a good call of the
+    same shapes the forms memo must not hand their form back unchecked. The floats are refused
+    as on a first call (a float stride is no int: torch refuses it too); True is an int to
+    the check, so it runs, as on a first call."""
+    x = _channels_last(torch.randn(1, 8, 3, 4).bfloat16())
+    w = torch.randn(8, 4, 2, 2).bfloat16()
+    run = conv_op.conv2d_interpret
+    good = 1 if bad is True else bad if not isinstance(bad, tuple) else (2, 2)
+    conv_op.conv_transpose2d(x, w, None, int(good) if not isinstance(good, tuple) else good,
+                             run=run)
+    calls = []
+    form = conv_op._transpose_form
+
+    def spy(*a):
+        calls.append(a)
+        return form(*a)
+    import unittest.mock
+    with unittest.mock.patch.object(conv_op, "_transpose_form", spy):
+        if bad is True:
+            conv_op.conv_transpose2d(x, w, None, bad, run=run)
+        else:
+            with pytest.raises(LaunchError, match="must be an int"):
+                conv_op.conv_transpose2d(x, w, None, bad, run=run)
+    assert len(calls) == 1                          # checked, not a memo hit
