@@ -109,94 +109,65 @@ def interleave_kernel(kinds: tuple[str, ...], stride: int, dtype: str = "f32", b
 def _cl_out_source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) -> str:
     """interleave_kernel(out="cl"): O [N, Dq, Hq, K, OW, 1], a [BK, BW, 1] tile a CTA of BK
     threads (dim 0, the channels, the threads), gathered and stored as it is."""
-    params = [f'O: ag.Tensor["N", "DQ", "HQ", "K", "OW", 1, ag.{dt}]']
-    for i, kind in enumerate(kinds):
-        if kind in ("cl", "nc"):
-            dims = ", ".join(f'"{d}{i}"' for d in ("A", "B", "C", "E", "F"))
-            params.append(f"Y{i}: ag.Tensor[{dims}, ag.{dt}]")
-    if "bias" in kinds:
-        params.append(f'B: ag.Tensor["KB", ag.{dt}]')
-    lines = [f"@ag.kernel(threads={bk})",
-             f"def {name}({', '.join(params)}):",
-             f"    BK = BW = {bk}                        # a tile's channels and outputs",
-             "    # one CTA a [BK, BW] tile of one output row (n, jd, jh): the rows are the",
-             "    # grid's x (up to 2^31 - 1), channel and width blocks y and z (few)",
-             ("    r, kb, wb = ag.grid(O.shape[0] * O.shape[1] * O.shape[2], "
-              "ag.cdiv(O.shape[3], BK), ag.cdiv(O.shape[4], BW))"),
-             "    jh = r % O.shape[2]",
-             "    jd = (r // O.shape[2]) % O.shape[1]",
-             "    n = r // (O.shape[2] * O.shape[1])",
-             "    k = kb * BK + ag.arange(BK)[:, None, None]",
-             "    ow = wb * BW + ag.arange(BW)[None, :, None]"]
-    if bk % stride == 0:
-        lines += [f"    a = ag.arange(BW)[None, :, None] % {stride}",
-                  f"    j = wb * {bk // stride} + ag.arange(BW)[None, :, None] / {stride}"]
-    else:
-        lines += [f"    a = ow % {stride}", f"    j = ow / {stride}"]
-    first = True
-    for i, kind in enumerate(kinds):
-        mine = f"a == {i}"
-        if kind == "cl":
-            value = f"ag.gather(Y{i}, (n, jd, jh, ag.where({mine}, j, -1), k))"
-        elif kind == "nc":
-            value = f"ag.gather(Y{i}, (n, k, jd, jh, ag.where({mine}, j, -1)))"
-        elif kind == "bias":
-            value = "ag.gather(B, (k + ow * 0,))"
-        else:
-            value = "0.0"
-        if first and kind in ("cl", "nc"):
-            lines.append(f"    x = {value}")           # other phases' outputs read 0, replaced
-            first = False
-        elif first:
-            lines.append(f"    x = ag.where({mine}, {value}, ag.full((BK, BW, 1), 0.0, "
-                         f"ag.{dt}))")
-            first = False
-        else:
-            lines.append(f"    x = ag.where({mine}, {value}, x)")
+    params = [f'O: ag.Tensor["N", "DQ", "HQ", "K", "OW", 1, ag.{dt}]'] + _source_params(kinds, dt)
+    lines = _row_tile_lines(name, params, bk, (3, 4), "[:, None, None]", "[None, :, None]")
+    lines += _phase_lines(stride, bk, "[None, :, None]")
+    lines += _select_lines(kinds, dt, "k + ow * 0", "(BK, BW, 1)")
     lines.append("    ag.store(O, (n, jd, jh, kb * BK, wb * BW, 0), x)")
     return "\n".join(lines) + "\n"
 
 
-def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) -> str:
-    params = [f'O: ag.Tensor["N", "DQ", "HQ", "OW", "K", 1, ag.{dt}]']
+def _row_tile_lines(name: str, params: list[str], bk: int, axes: tuple[int, int], row: str,
+                    col: str) -> list[str]:
+    """The kernel's header and one CTA's [BK, BW] tile of one output row (n, jd, jh) of O
+    [N, DQ, HQ, .., .., 1], whose channel and width axes are `axes`: k (arange(BK)`row`) and
+    ow (arange(BW)`col`)."""
+    ka, wa = axes
+    return [f"@ag.kernel(threads={bk})",
+            f"def {name}({', '.join(params)}):",
+            f"    BK = BW = {bk}                        # a tile's channels and outputs",
+            "    # one CTA a [BK, BW] tile of one output row (n, jd, jh): the rows are the",
+            "    # grid's x (up to 2^31 - 1), channel and width blocks y and z (few)",
+            ("    r, kb, wb = ag.grid(O.shape[0] * O.shape[1] * O.shape[2], "
+             f"ag.cdiv(O.shape[{ka}], BK), ag.cdiv(O.shape[{wa}], BW))"),
+            "    jh = r % O.shape[2]",
+            "    jd = (r // O.shape[2]) % O.shape[1]",
+            "    n = r // (O.shape[2] * O.shape[1])",
+            f"    k = kb * BK + ag.arange(BK){row}",
+            f"    ow = wb * BW + ag.arange(BW){col}"]
+
+
+def _source_params(kinds: tuple[str, ...], dt: str) -> list[str]:
+    """The generated kernel's parameters after O: Yi for each source phase i ("cl" / "nc"),
+    each with symbols of its own (the phases' widths differ; their batch and channels are
+    checked by the caller that cut the views), then B where a phase is "bias"."""
+    params = []
     for i, kind in enumerate(kinds):
         if kind in ("cl", "nc"):
-            # own symbols: the phases' widths differ (and their batch/channels are checked by
-            # the caller that cut the views)
             dims = ", ".join(f'"{d}{i}"' for d in ("A", "B", "C", "E", "F"))
             params.append(f"Y{i}: ag.Tensor[{dims}, ag.{dt}]")
     if "bias" in kinds:
         params.append(f'B: ag.Tensor["KB", ag.{dt}]')
-    # staged (a channels-last source): the gather's threads run along the channels, so its
-    # loads are coalesced, and shared memory turns the tile for the store; direct (NCDHW
-    # sources only): the threads run along the outputs for the loads and the store alike
-    staged = "cl" in kinds
-    # index tiles: [BK, BW] (channel, output) staged, [BW, BK, 1] (output, channel) direct
-    col, row = ("[None, :]", "[:, None]") if staged else ("[:, None, None]",
-                                                         "[None, :, None]")
-    lines = [f"@ag.kernel(threads={bk})",
-             f"def {name}({', '.join(params)}):",
-             f"    BK = BW = {bk}                        # a tile's channels and outputs",
-             "    # one CTA a [BK, BW] tile of one output row (n, jd, jh): the rows are the",
-             "    # grid's x (up to 2^31 - 1), channel and width blocks y and z (few)",
-             ("    r, kb, wb = ag.grid(O.shape[0] * O.shape[1] * O.shape[2], "
-              "ag.cdiv(O.shape[4], BK), ag.cdiv(O.shape[3], BW))"),
-             "    jh = r % O.shape[2]",
-             "    jd = (r // O.shape[2]) % O.shape[1]",
-             "    n = r // (O.shape[2] * O.shape[1])",
-             f"    k = kb * BK + ag.arange(BK){row}",
-             f"    ow = wb * BW + ag.arange(BW){col}"]
-    if bk % stride == 0:
-        # a tile starts at a whole stride: each output's phase is a constant, so the compiler
-        # drops the loads (and selects) of the other phases' outputs at compile time
-        lines += [f"    a = ag.arange(BW){col} % {stride}",
-                  f"    j = wb * {bk // stride} + ag.arange(BW){col} / {stride}"]
-    else:
-        lines += [f"    a = ow % {stride}", f"    j = ow / {stride}"]
-    # the bias gathered at the tile's own shape: a rows tile whose dim 0 is the threads
-    bias_k = "k" if staged else "k + ow * 0"
-    shape = "(BK, BW)" if staged else "(BW, BK, 1)"
-    first = True
+    return params
+
+
+def _phase_lines(stride: int, per_block: int, col: str) -> list[str]:
+    """`a` (each output's width phase) and `j` (its place in that phase's source) over a
+    block of `per_block` outputs (BW) indexed by arange(BW)`col`. Where a block starts at a
+    whole stride each output's phase is a constant, so the compiler drops the loads (and
+    selects) of the other phases' outputs at compile time (no runtime mod)."""
+    if per_block % stride == 0:
+        return [f"    a = ag.arange(BW){col} % {stride}",
+                f"    j = wb * {per_block // stride} + ag.arange(BW){col} / {stride}"]
+    return [f"    a = ow % {stride}", f"    j = ow / {stride}"]
+
+
+def _select_lines(kinds: tuple[str, ...], dt: str, bias_k: str, shape: str) -> list[str]:
+    """x, the tile's values: phase i's where a == i, one ag.where a phase: its source's
+    gather ("cl" [N, nd, nh, nw, K], "nc" NCDHW; an index of -1, past the source, reads 0
+    for the other phases' outputs), the bias (gathered at index `bias_k`, the tile's shape)
+    or 0; the first source's gather taken as is, the others' 0s replaced after it."""
+    lines, first = [], True
     for i, kind in enumerate(kinds):
         mine = f"a == {i}"
         if kind == "cl":
@@ -215,6 +186,24 @@ def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) ->
             first = False
         else:
             lines.append(f"    x = ag.where({mine}, {value}, x)")
+    return lines
+
+
+def _source(name: str, kinds: tuple[str, ...], stride: int, dt: str, bk: int) -> str:
+    params = [f'O: ag.Tensor["N", "DQ", "HQ", "OW", "K", 1, ag.{dt}]'] + _source_params(kinds, dt)
+    # staged (a channels-last source): the gather's threads run along the channels, so its
+    # loads are coalesced, and shared memory turns the tile for the store; direct (NCDHW
+    # sources only): the threads run along the outputs for the loads and the store alike
+    staged = "cl" in kinds
+    # index tiles: [BK, BW] (channel, output) staged, [BW, BK, 1] (output, channel) direct
+    col, row = ("[None, :]", "[:, None]") if staged else ("[:, None, None]",
+                                                         "[None, :, None]")
+    lines = _row_tile_lines(name, params, bk, (4, 3), row, col)
+    lines += _phase_lines(stride, bk, col)
+    # the bias gathered at the tile's own shape: a rows tile whose dim 0 is the threads
+    bias_k = "k" if staged else "k + ow * 0"
+    shape = "(BK, BW)" if staged else "(BW, BK, 1)"
+    lines += _select_lines(kinds, dt, bias_k, shape)
     if not staged:
         lines.append("    ag.store(O, (n, jd, jh, wb * BW, kb * BK, 0), x)")
         return "\n".join(lines) + "\n"
@@ -284,13 +273,8 @@ def rows_tile(ow: int, hq: int, sources: int) -> tuple[int, int]:
 
 def _rows_source(name: str, kinds: tuple[str, ...], stride: int, dt: str, threads: int,
                  rh: int) -> str:
-    params = [f'O: ag.Tensor["N", "K", "DQ", "OW", "HQ", 1, ag.{dt}]']
-    for i, kind in enumerate(kinds):
-        if kind == "nc":
-            dims = ", ".join(f'"{d}{i}"' for d in ("A", "B", "C", "E", "F"))
-            params.append(f"Y{i}: ag.Tensor[{dims}, ag.{dt}]")
-    if "bias" in kinds:
-        params.append(f'B: ag.Tensor["KB", ag.{dt}]')
+    # (no "cl" kind: _source_params gives the NCDHW sources and the bias)
+    params = [f'O: ag.Tensor["N", "K", "DQ", "OW", "HQ", 1, ag.{dt}]'] + _source_params(kinds, dt)
     lines = [f"@ag.kernel(threads={threads})",
              f"def {name}({', '.join(params)}):",
              f"    BW, RH = {threads}, {rh}          # a tile's outputs (the threads) and rows",
@@ -307,31 +291,9 @@ def _rows_source(name: str, kinds: tuple[str, ...], stride: int, dt: str, thread
              "    n = p // (O.shape[2] * O.shape[1])",
              "    jh = hb * RH + ag.arange(RH)[None, :, None]",
              "    ow = wb * BW + ag.arange(BW)[:, None, None]"]
-    if threads % stride == 0:
-        # a block starts at a whole stride: the phase is the thread's own (no runtime mod)
-        lines += [f"    a = ag.arange(BW)[:, None, None] % {stride}",
-                  f"    j = wb * {threads // stride} + ag.arange(BW)[:, None, None] / {stride}"]
-    else:
-        lines += [f"    a = ow % {stride}", f"    j = ow / {stride}"]
-    first = True
-    for i, kind in enumerate(kinds):
-        mine = f"a == {i}"
-        if kind == "nc":
-            value = f"ag.gather(Y{i}, (n, k, jd, jh, ag.where({mine}, j, -1)))"
-        elif kind == "bias":
-            # the channel's bias at the tile's shape (dim 0 the threads)
-            value = "ag.gather(B, (k + ow * 0 + jh * 0,))"
-        else:
-            value = "0.0"
-        if first and kind == "nc":
-            lines.append(f"    x = {value}")           # other phases' outputs read 0, replaced
-            first = False
-        elif first:
-            lines.append(f"    x = ag.where({mine}, {value}, "
-                         f"ag.full((BW, RH, 1), 0.0, ag.{dt}))")
-            first = False
-        else:
-            lines.append(f"    x = ag.where({mine}, {value}, x)")
+    lines += _phase_lines(stride, threads, "[:, None, None]")
+    # the channel's bias at the tile's shape (dim 0 the threads)
+    lines += _select_lines(kinds, dt, "k + ow * 0 + jh * 0", "(BW, RH, 1)")
     lines.append("    ag.store(O, (n, k, jd, wb * BW, hb * RH, 0), x)")
     return "\n".join(lines) + "\n"
 
