@@ -668,6 +668,12 @@ def _small_image_candidates(x, w, st, pad, default) -> dict:
     return out
 
 
+# the --variants ping-pong rows' epilogues, named: schedule_for's own is the TMA-store one for
+# a channels-last x's wide layers since stop 50, so "pingpong" taking the default's timed the
+# "pingpong-tma" kernel twice (docs/perf/conv.md, the ping-pong table of 2026-12-06 08:15)
+PINGPONG_EPILOGUES = {"pingpong": "direct", "pingpong-tma": "tma"}
+
+
 def _pingpong(one, step: int, epilogue: str | None = None):
     """The rowbox schedule `one` with ping-pong consumers (ConvSchedule.pingpong) and the
     epilogue asked (None: one's), its ring as deep as the shared memory left beside the
@@ -755,9 +761,10 @@ def variants(which: tuple[str, ...] = VARIANTS, layers: str = "resnet") -> None:
                 # ping-pong (ConvSchedule.pingpong: each consumer warpgroup owns whole 128-row
                 # tiles, taking units in turns, so one's epilogue overlaps the other's K loop);
                 # the TMA-store epilogue stages both warpgroups' whole tiles (2 x 128 x bn)
-                "ping-pong (bm 128 a warpgroup)": ("pingpong", lambda: _pingpong(one, step)),
+                "ping-pong (bm 128 a warpgroup)": ("pingpong", lambda: _pingpong(
+                    one, step, PINGPONG_EPILOGUES["pingpong"])),
                 "ping-pong, tma epilogue": ("pingpong-tma", lambda: _pingpong(
-                    one, step, epilogue="tma"))}
+                    one, step, PINGPONG_EPILOGUES["pingpong-tma"]))}
             for label, (key, make) in tries.items():
                 if key not in which:
                     continue
