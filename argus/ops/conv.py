@@ -2528,7 +2528,9 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
 
     The output's layout is torch's: channels-last (channels_last / channels_last_3d) where x
     or the weight is channels-last by strides (`_channels_last`), NC(D)HW-contiguous
-    otherwise. A channels-last output whose kernel is its stride (`_patches`) runs as ONE
+    otherwise, but for the stride-1 form, which returns its convolution's result as it comes
+    (channels-last for the routes the module docstring names, as conv2d does: a 16-bit
+    narrow layer's TMA-store epilogue, im2col, the 1x1 route). A channels-last output whose kernel is its stride (`_patches`) runs as ONE
     launch: the 1x1 convolution's
     epilogue writes the output depth-to-space (convolve(shuffle=)), no interleave pass."""
     import itertools

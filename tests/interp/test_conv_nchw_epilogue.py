@@ -366,3 +366,35 @@ def test_compose_conv_step_launches_no_transpose(monkeypatch):
             assert y.is_contiguous() and _rel(y, ref) <= bound
             assert sum(k is transpose for k in launched) == transposes, \
                 (run, [getattr(k, "name", k) for k in launched])
+
+
+def _wide_layer(k=64, dtype=torch.bfloat16, last=True, groups=1):
+    x = torch.empty(8, 64, 128, 128, dtype=dtype, device="meta")
+    if last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.empty(k, 64 // groups, 3, 3, dtype=dtype, device="meta")
+    return conv_op.schedule_for(x, w, 1, 1, 1, groups)
+
+
+def test_wide_rowbox_layers_of_a_channels_last_x_take_the_tma_epilogue():
+    """schedule_for's wide TMA-store rule (stop 50, docs/perf/conv.md "The TMA-store epilogue
+    on wide layers"): a channels-last x's wide (bw 64) 16-bit rowbox layer, 16-byte channel
+    rows (Kg % 8 == 0), stores through the TMA at 6 stages, no cluster, and its ring and
+    staging fit a CTA's shared memory; an NCHW x (its result written channels-first from
+    registers), odd K, groups and fp32 keep the direct epilogue."""
+    from argus.compiler import lower_only
+    from argus.target.limits import SMEM_PER_CTA_OPTIN
+
+    for k, dtype in [(64, torch.bfloat16), (128, torch.bfloat16), (64, torch.float16)]:
+        s = _wide_layer(k, dtype)
+        assert (s.epilogue, s.bw, s.bm, s.stages, s.cluster_m, s.rowbox) == \
+            ("tma", 64, 128, 6, 1, True), (k, dtype, s)
+        ring = s.stages * (s.bm + s.bn) * s.bk * 2 + s.bm * s.bn * 2
+        assert ring <= SMEM_PER_CTA_OPTIN - 2048, (k, ring)
+        # the lowering's shared-memory plan takes it (the GPU ran it: docs/perf/conv.md)
+        lower_only(conv_kernel(ag.bf16, ag.bf16, False), geom=ConvGeometry(3, 3, 1, 1, 1, 1,
+                   cg_padded=64), s=s)
+    assert _wide_layer(last=False).epilogue == "direct"           # NCHW x: channels-first
+    assert _wide_layer(k=36).epilogue == "direct"                 # 72-byte channel rows
+    assert _wide_layer(groups=2).epilogue == "direct"             # no rowbox
+    assert _wide_layer(dtype=torch.float32).epilogue == "direct"  # the fp32 split
