@@ -101,7 +101,9 @@ SPLIT_SLOTS = {1: ((0, 0),), 3: ((0, 1), (1, 0), (0, 0)),
                6: ((0, 2), (1, 1), (2, 0), (0, 1), (1, 0), (0, 0))}
 
 
-def _pair(v, name: str, n: int = 2) -> tuple:
+def _pair(v, name: str, n: int = 2, op: str = "") -> tuple:
+    """v as n ints (an int repeated), else a LaunchError naming `op` (default
+    argus.ops.conv{n}d) and the argument."""
     if isinstance(v, int):
         return (v,) * n
     try:
@@ -109,7 +111,8 @@ def _pair(v, name: str, n: int = 2) -> tuple:
     except TypeError:                 # a scalar not an int (2.0): refused below, by name
         t = (v,)
     if len(t) != n or not all(isinstance(e, int) for e in t):
-        raise LaunchError(f"argus.ops.conv{n}d: {name}={v!r} must be an int or {n} ints")
+        raise LaunchError(f"{op or f'argus.ops.conv{n}d'}: {name}={v!r} must be an int or "
+                          f"{n} ints")
     return t
 
 
@@ -2505,7 +2508,7 @@ def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     if getattr(x, "dim", lambda: 0)() != 3 or getattr(weight, "dim", lambda: 0)() != 3:
         raise LaunchError("argus.ops.conv_transpose1d: x is [N, C, L] and weight "
                           "[C, K / groups, R]")
-    (s,), (p,), (o,), (d,) = (_pair(v, n, 1) for v, n in (
+    (s,), (p,), (o,), (d,) = (_pair(v, n, 1, "argus.ops.conv_transpose1d") for v, n in (
         (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
         (dilation, "dilation")))
     y = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (0, o),
@@ -2657,7 +2660,7 @@ def _transpose_form(x, weight, stride, padding, output_padding, groups, dilation
     the depth stride, if any, is 1), "phases" (one convolution a phase, or `_patches`, and
     the interleave). A function of the arguments, the weight's shape and x's channels."""
     name = f"argus.ops.conv_transpose{dims}d"
-    st, pd, op, dl = (_pair(v, n, dims) for v, n in (
+    st, pd, op, dl = (_pair(v, n, dims, name) for v, n in (
         (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
         (dilation, "dilation")))
     if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups or \

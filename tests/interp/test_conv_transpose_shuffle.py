@@ -283,8 +283,11 @@ def test_argument_checks_hold_with_the_forms_memo():
         conv_op.conv_transpose2d(x, w, None, 2, 0, 0, 3, run=run)
     with pytest.raises(LaunchError, match="output_padding"):
         conv_op.conv_transpose2d(x, w, None, 2, 0, 2, run=run)
-    with pytest.raises(LaunchError, match="stride="):
+    # the message names the op that was called (it said argus.ops.conv2d)
+    with pytest.raises(LaunchError, match=r"conv_transpose2d: stride="):
         conv_op.conv_transpose2d(x, w, None, (2, 2, 2), run=run)
+    with pytest.raises(LaunchError, match=r"conv_transpose1d: padding="):
+        conv_op.conv_transpose1d(x[:, :, 0], w[:, :, 0], None, 2, 1.0, run=run)
     with pytest.raises(LaunchError, match="channels"):
         conv_op.conv_transpose2d(x[:, :4], w, None, 2, run=run)
 
