@@ -2533,9 +2533,9 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     or the weight is channels-last by strides (`_channels_last`), NC(D)HW-contiguous
     otherwise, but for the stride-1 form, which returns its convolution's result as it comes
     (channels-last for the routes the module docstring names, as conv2d does: a 16-bit
-    narrow layer's TMA-store epilogue, im2col, the 1x1 route). A channels-last output whose kernel is its stride (`_patches`) runs as ONE
-    launch: the 1x1 convolution's
-    epilogue writes the output depth-to-space (convolve(shuffle=)), no interleave pass."""
+    narrow layer's TMA-store epilogue, im2col, the 1x1 route). A channels-last output whose
+    kernel is its stride (`_patches`) runs as ONE launch: the 1x1 convolution's epilogue
+    writes the output depth-to-space (convolve(shuffle=)), no interleave pass."""
     import itertools
 
     import torch
@@ -2676,12 +2676,20 @@ def _transpose_form(x, weight, stride, padding, output_padding, groups, dilation
     conv_pad = tuple(d * (k - 1) - p for d, k, p in zip(dl, ks, pd))
     if set(st) == {1} and set(op) == {0} and min(conv_pad) >= 0:
         kind = "flip"
-    elif groups == 1 and ks == st and set(pd) == {0} and set(op) == {0} and \
-            set(dl) == {1} and (dims < 3 or st[0] == 1):
+    elif _kernel_is_stride(ks, st, pd, op, dl, groups) and (dims < 3 or st[0] == 1):
         kind = "shuffle"
     else:
         kind = "phases"
     return st, pd, op, dl, conv_pad, kind
+
+
+def _kernel_is_stride(ks: tuple, st: tuple, pd: tuple, op: tuple, dl: tuple,
+                      groups: int) -> bool:
+    """Whether a transposed convolution writes each input pixel's own stride-sized output
+    patch (kernel == stride, no padding, output_padding or dilation, one group): `_patches`'
+    and `_shuffled`'s case."""
+    return groups == 1 and ks == tuple(st) and set(pd) == {0} and set(op) == {0} and \
+        set(dl) == {1}
 
 
 def _channels_last(x, weight):
@@ -2769,8 +2777,7 @@ def _patches(weight, bias, st, pd, op, dl, groups, run, x):
     and one GEMM as wide as every phase's together, instead of prod(stride) narrow ones
     (`_conv_transpose` then interleaves the channel slices as it does the phases'
     outputs). None where the shape is not this case."""
-    ks = tuple(weight.shape[2:])
-    if groups != 1 or ks != tuple(st) or set(pd) != {0} or set(op) != {0} or set(dl) != {1}:
+    if not _kernel_is_stride(tuple(weight.shape[2:]), st, pd, op, dl, groups):
         return None
     w1, b1 = _stacked(weight, bias, st)
     return run(x, w1, b1, 1, 0, 1, 1)
