@@ -104,13 +104,13 @@ SPLIT_SLOTS = {1: ((0, 0),), 3: ((0, 1), (1, 0), (0, 0)),
 def _pair(v, name: str, n: int = 2, op: str = "") -> tuple:
     """v as n ints (an int repeated), else a LaunchError naming `op` (default
     argus.ops.conv{n}d) and the argument."""
-    if isinstance(v, int):
+    if isinstance(v, int) and not isinstance(v, bool):
         return (v,) * n
     try:
         t = tuple(v)
-    except TypeError:                 # a scalar not an int (2.0): refused below, by name
+    except TypeError:                 # a scalar not an int (2.0, True): refused below, by name
         t = (v,)
-    if len(t) != n or not all(isinstance(e, int) for e in t):
+    if len(t) != n or not all(isinstance(e, int) and not isinstance(e, bool) for e in t):
         raise LaunchError(f"{op or f'argus.ops.conv{n}d'}: {name}={v!r} must be an int or "
                           f"{n} ints")
     return t
@@ -462,7 +462,7 @@ def check(x, weight, bias, stride, padding, dilation, groups) -> None:
     if x.device != weight.device or (bias is not None and bias.device != x.device):
         raise LaunchError("argus.ops.conv2d: tensors are on different devices",
                           fix="move them to one GPU")
-    if not isinstance(groups, int) or groups < 1:
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
         raise LaunchError(f"argus.ops.conv2d: groups={groups!r} must be an int >= 1")
     C, K, Cg = x.shape[1], weight.shape[0], weight.shape[1]
     if C % groups or K % groups:
@@ -2225,7 +2225,7 @@ class _RouteRepeat:
         owner = weight if weight._base is None else weight._base
         r.refs = (weakref.ref(x), weakref.ref(owner),
                   None if bias is None else weakref.ref(bias))
-        r.state, r.args, r.launch = _Repeat._state(x, weight, bias), args, replay.launch
+        r.state, r.args, r.launch = _Repeat._state(x, weight, bias), _exact(args), replay.launch
         r.derived = replay.weight_copy or (bias is not None and replay.b is not None and
                                            replay.b.untyped_storage().data_ptr() !=
                                            bias.untyped_storage().data_ptr())
@@ -2237,6 +2237,14 @@ class _RouteRepeat:
 
 
 _REPEATS: dict = {}
+
+
+def _exact(args: tuple) -> tuple:
+    """A call's arguments with their types, for `_Repeat`'s comparison: 2.0 == 2, (2.0, 2.0) ==
+    (2, 2) and True == 1 in Python, and a hit skips the checks that refuse a float stride or a
+    bool groups, so equal values of other types must not match (`_TRANSPOSE_FORMS` keys on plain
+    ints for the same reason)."""
+    return args, tuple(tuple(map(type, a)) if type(a) is tuple else type(a) for a in args)
 
 
 class _Repeat:
@@ -2310,7 +2318,7 @@ class _Repeat:
         try:
             owner = weight if weight._base is None else weight._base
             entry = _REPEATS.get((id(x), id(owner), id(bias)))
-            if entry is None or entry.args != args:
+            if entry is None or entry.args != _exact(args):
                 return None
             refs = entry.refs
             if refs[0]() is not x or refs[1]() is not owner or \
@@ -2337,7 +2345,7 @@ class _Repeat:
         owner = weight if weight._base is None else weight._base
         r.refs = (weakref.ref(x), weakref.ref(owner),
                   None if bias is None else weakref.ref(bias))
-        r.state, r.args = cls._state(x, weight, bias), args
+        r.state, r.args = cls._state(x, weight, bias), _exact(args)
         r.x_view = (tuple(X.shape), X.stride(), X.storage_offset())
         # a view of the weight is rebuilt from the weight passed (held, it would keep the
         # parameter alive); a repack (cached by _weight_side too) is held
@@ -2663,7 +2671,8 @@ def _transpose_form(x, weight, stride, padding, output_padding, groups, dilation
     st, pd, op, dl = (_pair(v, n, dims, name) for v, n in (
         (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
         (dilation, "dilation")))
-    if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups or \
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or \
+            weight.shape[0] % groups or \
             x.shape[1] != weight.shape[0]:
         raise LaunchError(f"{name}: x has {x.shape[1]} channels, weight "
                           f"{tuple(weight.shape)} ([C, K / groups, *kernel]); groups={groups} "

@@ -131,3 +131,16 @@ def test_repeat_keys_on_arguments():
     x2 = x.clone()
     _assert_matches(_conv(x2, w, b), x2, w, b)
     assert len(conv_op._REPEATS) == 2         # (x, w, b) and (x2, w, b)
+
+
+@pytest.mark.parametrize("stride, padding, groups", [
+    (1.0, 1, 1), ((1.0, 1.0), 1, 1), (1, 1.0, 1), (1, (True, 1), 1), (1, 1, True)])
+def test_a_repeat_never_admits_what_the_first_call_refuses(stride, padding, groups):
+    """2.0 == 2, (1.0, 1.0) == (1, 1) and True == 1: a repeated call with equal values of
+    another type must run the checks (which refuse them), not replay the int call."""
+    x, w, b = _data(True)
+    _conv(x, w, b)
+    assert len(conv_op._REPEATS) == 1
+    with pytest.raises(Exception) as e:
+        conv_op.conv2d_interpret(x, w, b, stride, padding, groups=groups, schedule=DIRECT)
+    assert type(e.value).__name__ in ("LaunchError", "TraceError"), e.value

@@ -319,9 +319,8 @@ def test_layout_follows_torch_for_a_channels_last_weight_or_a_strided_x(form, st
 @pytest.mark.parametrize("bad", [2.0, (2.0, 2.0), True], ids=["float", "float_pair", "bool"])
 def test_an_equal_but_not_int_argument_is_not_a_memo_hit(bad):
     """2.0, (2.0, 2.0) and True equal (and hash as) 2, (2, 2) and 1: after a good call of the
-    same shapes the forms memo must not hand their form back unchecked. The floats are refused
-    as on a first call (a float stride is no int: torch refuses it too); True is an int to
-    the check, so it runs, as on a first call."""
+    same shapes the forms memo must not hand their form back unchecked: each is refused as on
+    a first call (a float or bool stride is no int: torch refuses both with a TypeError)."""
     x = _channels_last(torch.randn(1, 8, 3, 4).bfloat16())
     w = torch.randn(8, 4, 2, 2).bfloat16()
     run = conv_op.conv2d_interpret
@@ -336,9 +335,6 @@ def test_an_equal_but_not_int_argument_is_not_a_memo_hit(bad):
         return form(*a)
     import unittest.mock
     with unittest.mock.patch.object(conv_op, "_transpose_form", spy):
-        if bad is True:
+        with pytest.raises(LaunchError, match="must be an int"):
             conv_op.conv_transpose2d(x, w, None, bad, run=run)
-        else:
-            with pytest.raises(LaunchError, match="must be an int"):
-                conv_op.conv_transpose2d(x, w, None, bad, run=run)
     assert len(calls) == 1                          # checked, not a memo hit
