@@ -36,11 +36,17 @@ def test_the_family_is_registered_as_a_schedule_family():
     assert C5.signature().startswith("conv/bf16/")
 
 
-@pytest.mark.parametrize("t", LAYERS, ids=IDS)
+WIDE = conv_task(8, 128, 64, 64, 128, 3, 3, padding=1)               # bw 64: the TMA store
+
+
+@pytest.mark.parametrize("t", LAYERS + [WIDE], ids=IDS + ["wide"])
 def test_the_start_is_schedule_fors_pick(t):
+    """schedule_for's pick for a channels-last x: the family's kernel writes the channels-last
+    result."""
     layer = Layer.of(t)
     x, w = layer.tensors()
-    assert schedule(t, FAMILY.default_params(t)) == C.schedule_for(x, w, *layer.args)
+    assert schedule(t, FAMILY.default_params(t)) == \
+        C.schedule_for(x.to(memory_format=torch.channels_last), w, *layer.args)
     assert not errors(t, FAMILY.default_params(t)), FAMILY.static_check(t,
                                                                         FAMILY.default_params(t))
     assert not errors(t, FAMILY.naive_params(t)), FAMILY.static_check(t, FAMILY.naive_params(t))
@@ -55,6 +61,12 @@ def test_the_start_follows_the_layer():
             picks["grouped_strided"]["cluster_m"]) == (1, 1, 2)
     assert picks["few_channels"]["taps_per_slice"] > 1 and picks["c4"]["taps_per_slice"] == 1
     assert picks["c4"]["rowbox"] and not picks["grouped_strided"]["rowbox"]
+    # a wide layer starts from the TMA-store epilogue its channels-last result takes in the
+    # op (the NCHW pick, the direct store an NCHW result needs, is not what the kernel writes)
+    wide = FAMILY.default_params(WIDE)
+    assert (wide["bw"], wide["epilogue"], wide["cluster_m"]) == (64, "tma", 1)
+    x, w = Layer.of(WIDE).tensors()
+    assert C.schedule_for(x, w, *Layer.of(WIDE).args).epilogue == "direct"
     s = schedule(FEW, picks["few_channels"])
     assert s.bk == Layer.of(FEW).packed_bk() < 64 and schedule(C4, picks["c4"]).bk == 64
 

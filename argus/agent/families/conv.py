@@ -189,11 +189,17 @@ class ConvFamily(ScheduleFamily):
         return {**d, "Kg": d["K"] // d["groups"], "out_bits": 16}
 
     def default_params(self, task: TaskSpec) -> dict[str, Any]:
-        """argus.ops.conv.schedule_for's pick for the layer."""
+        """argus.ops.conv.schedule_for's pick for the layer, as it picks for a channels-last x:
+        the kernel this family builds writes the channels-last result (`build`), and for an
+        NCHW x schedule_for keeps the direct epilogue the NCHW store needs on wide layers
+        (where a channels-last one takes the TMA store, stop 50)."""
+        import torch
+
         from argus.ops.conv import schedule_for
 
         layer = Layer.of(task)
-        s = schedule_for(*layer.tensors(), *layer.args)
+        x, w = layer.tensors()
+        s = schedule_for(x.to(memory_format=torch.channels_last), w, *layer.args)
         return {n: getattr(s, n) for n in TILE.exposed}
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
