@@ -2094,15 +2094,7 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
     images = chunks[0][1] - chunks[0][0]
     kernel = gather.kernel(_IN[str(x.dtype)])
     constexprs = gather.constexprs()
-    compiled = None
-    if x.is_cuda or x.is_meta:
-        key = (str(x.dtype), gather.kind, tuple(sorted(constexprs.items())), x.device.index)
-        compiled = _IM2COL.get(key)
-        if compiled is None:
-            compiled = kernel.compile(**constexprs)
-            _IM2COL[key] = compiled
-            if len(_IM2COL) > _MEMO_SIZE:
-                _IM2COL.popitem(last=False)
+    compiled = _im2col_compiled(x, gather, kernel, constexprs)
 
     def buffers(x, weight, out) -> list:
         """(X, A's gather view, [the (A, Bt, out) views of each GEMM out = A @ Bt^T]) of each
@@ -2178,6 +2170,22 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
 
     out = launch(x, weight, first)
     return out, _RouteRepeat.Replay(lambda x, weight: launch(x, weight), True, None)
+
+
+def _im2col_compiled(x, gather, kernel, constexprs):
+    """The gather compiled for x's device (memoized per problem kind and device), or None on
+    CPU tensors (the interpreter runs it). A seam: tests/unit/test_conv_im2col_host.py stands
+    a stub compiled kernel in to time the route's host path on the CPU."""
+    if not (x.is_cuda or x.is_meta):
+        return None
+    key = (str(x.dtype), gather.kind, tuple(sorted(constexprs.items())), x.device.index)
+    compiled = _IM2COL.get(key)
+    if compiled is None:
+        compiled = kernel.compile(**constexprs)
+        _IM2COL[key] = compiled
+        if len(_IM2COL) > _MEMO_SIZE:
+            _IM2COL.popitem(last=False)
+    return compiled
 
 
 def _im2col_chunks(n: int, image_bytes: int) -> list:
