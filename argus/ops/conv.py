@@ -2096,13 +2096,12 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
     constexprs = gather.constexprs()
     compiled = _im2col_compiled(x, gather, kernel, constexprs)
 
-    def buffers(x, weight, out) -> list:
+    def buffers(x, A, Wk, out) -> list:
         """(X, A's gather view, [the (A, Bt, out) views of each GEMM out = A @ Bt^T]) of each
         chunk of one call: one GEMM [rows, kc] x [kc, K] into the channels-last result's
         [rows, K] view, or (channels_first) one an image, Wk [K, kc] x A's image rows^T into
         the image's [K, pixels] plane of the NC(D)HW result."""
-        A = torch.empty(images * per_image, gather.pitch, dtype=x.dtype, device=x.device)
-        Wk = _im2col_weight(weight, bias, gather)[:, :kc]
+        Wk = Wk[:, :kc]
         calls = []
         for n0, n1 in chunks:
             part = dataclasses.replace(gather, n=n1 - n0)
@@ -2119,7 +2118,14 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
     def problem(call) -> tuple:
         return tuple(tuple(t.shape) for t in call)
 
-    calls = buffers(x, weight, first)
+    a_rows = images * per_image
+    Wk = _im2col_weight(weight, bias, gather)
+    # the repack is held where the weight cache keeps it (the GPU): while the weight's and the
+    # bias's versions and buffers hold (`_Repeat._state`, the replay's condition), that cache
+    # hands back this very tensor; elsewhere (the interpreter's CPU runs) it is made again
+    held = Wk if _WEIGHTS.owner(weight) is not None else None
+    calls = buffers(x, torch.empty(a_rows, gather.pitch, dtype=x.dtype, device=x.device), Wk,
+                    first)
     runners = {}
     for _, _, gemms in calls:                      # one GEMM problem a chunk size (1 or 2)
         for call in gemms:
@@ -2128,24 +2134,30 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
                 if gemm is None:       # no tf32 schedule for the problem: the implicit GEMM
                     return None, None
                 runners[problem(call)] = gemm[1]
+    del calls
     plans: dict = {}
 
     def launch(x, weight, out=None):
         """One call on x's, the weight's and the bias's current values into `out` (else a new
-        result)."""
+        result). The kept launch plans are looked up by the addresses of every operand before
+        any view is built: a repeated call costs the result's and A's allocations, the key and
+        the launches."""
         if out is None:
             out = torch.empty_strided(shape, strides, dtype=x.dtype, device=x.device)
-        calls = buffers(x, weight, out)
-        # the A buffer, the weight matrix and the result: every operand of every step
-        key = (calls[0][1].data_ptr(), _im2col_weight(weight, bias, gather).data_ptr(),
-               out.data_ptr())
+        # A is a new buffer each call: the caching allocator hands the freed block back in
+        # stream order (a kept scratch buffer would race across streams and be frozen into a
+        # captured graph), and the plans are kept by its address
+        A = torch.empty(a_rows, gather.pitch, dtype=x.dtype, device=x.device)
+        Wk = held if held is not None else _im2col_weight(weight, bias, gather)
+        # x, the A buffer, the weight matrix and the result: every operand of every step
+        key = (x.data_ptr(), A.data_ptr(), Wk.data_ptr(), out.data_ptr())
         plan = plans.get(key)
         if plan is not None:
             for step in plan:
                 step()
             return out
         steps = []
-        for X, Av, gemms in calls:
+        for X, Av, gemms in buffers(x, A, Wk, out):
             if compiled is None:
                 # the interpreter writes every argument back: copies keep the versions of x
                 # and of the cached weight matrix (A is this call's own buffer)
@@ -2169,7 +2181,7 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
         return out
 
     out = launch(x, weight, first)
-    return out, _RouteRepeat.Replay(lambda x, weight: launch(x, weight), True, None)
+    return out, _RouteRepeat.Replay(launch, True, None)
 
 
 def _im2col_compiled(x, gather, kernel, constexprs):
