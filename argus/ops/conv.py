@@ -2136,6 +2136,7 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
                 runners[problem(call)] = gemm[1]
     del calls
     plans: dict = {}
+    index = x.device.index          # x's device: part of the replay's key (`_Repeat._state`)
 
     def launch(x, weight, out=None):
         """One call on x's, the weight's and the bias's current values into `out` (else a new
@@ -2153,8 +2154,9 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
         key = (x.data_ptr(), A.data_ptr(), Wk.data_ptr(), out.data_ptr())
         plan = plans.get(key)
         if plan is not None:
+            stream = _current_stream(index)     # read once for the steps (LaunchPlan.launch)
             for step in plan:
-                step()
+                step.launch(stream)
             return out
         steps = []
         for X, Av, gemms in buffers(x, A, Wk, out):
@@ -2182,6 +2184,17 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
 
     out = launch(x, weight, first)
     return out, _RouteRepeat.Replay(launch, True, None)
+
+
+def _current_stream(index: int) -> int:
+    """The raw handle of torch's current stream on device `index`: torch's private C accessor
+    where there is one (one C call; torch.cuda.current_stream, which LaunchPlan() reads, builds
+    a Python Stream object per call), else the public one (argus.ops.attention_decode's
+    rule)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _im2col_compiled(x, gather, kernel, constexprs):

@@ -61,10 +61,11 @@ class _Driver:
     decode = True
 
     def __init__(self):
-        self.launched = []
+        self.launched, self.streams = [], set()
 
     def cuLaunchKernelEx(self, config, function, address, extra):
         if self.decode:
+            self.streams.add(config.hStream)
             name, count = function
             slots = (ctypes.c_void_p * count).from_address(address)
             self.launched.append((name, tuple(ctypes.c_uint64.from_address(p).value
@@ -120,6 +121,7 @@ def _stub(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device", lambda d: _Null())
     monkeypatch.setattr(torch.cuda, "current_stream",
                         lambda d=None: types.SimpleNamespace(cuda_stream=7))
+    monkeypatch.setattr(conv_op, "_current_stream", lambda index: 7)
     alloc = _Allocator(torch.empty, torch.empty_strided)
     monkeypatch.setattr(torch, "empty", alloc.plain)
     monkeypatch.setattr(torch, "empty_strided", alloc.strided)
@@ -194,6 +196,7 @@ def test_repeated_call_host_path_is_small(case, monkeypatch):
     assert counts == {"gather": 1, "gemm": 1}, "a repeated call prepared a launch again"
     assert again.data_ptr() == first.data_ptr() and again.shape == first.shape
     assert _launches(fake) == launched * 5
+    assert fake.streams == {7}, "every launch on torch's current stream"
     fake.decode = False
     per_call, calls, _ = host_profile(case, 100)
     # (host_profile's own tensors took a second entry and plans of their own)
