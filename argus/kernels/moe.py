@@ -630,13 +630,16 @@ def _store_gated_staged(C, row0, col0, wg, acc, staging: Staging, width: int,
                         fast_silu: bool = False, rsqrt_silu: bool = False) -> None:
     """The gate-up epilogue through shared memory: per 64-column block j of the output,
     silu(gate block j) * (up block j) stmatrix'ed into warpgroup wg's staging slots, then
-    TMA-stored; in rounds of `staging.staged` blocks (store_tile_staged's order)."""
+    TMA-stored; in rounds of `staging.staged` blocks (store_tile_staged's order). `acc` is
+    the [rows, 2 width] tile (gate columns, then up), or the pair (gate, up) of [rows, width]
+    sums (the fp8 GEMM's n_split = 2)."""
     w = staging.width
+    gates, ups, off = (acc[0], acc[1], 0) if isinstance(acc, tuple) else (acc, acc, width)
     for first in range(0, staging.blocks, staging.staged):
         blocks = range(first, min(staging.blocks, first + staging.staged))
         for j in blocks:
-            gate = acc[:, w * j:w * (j + 1)]
-            up = acc[:, width + w * j:width + w * (j + 1)]
+            gate = gates[:, w * j:w * (j + 1)]
+            up = ups[:, off + w * j:off + w * (j + 1)]
             ag.stmatrix(staging.slot(wg, j), silu_mul(gate, up, fast_silu, rsqrt_silu).to(ag.bf16))
         for j in blocks:
             ag.tma.store(C, (row0, col0 + w * j), staging.slot(wg, j))

@@ -30,17 +30,20 @@ as the block-scaled GEMM needs anyway), so a CTA's tile is [G, 128]: G groups of
 group per tile row, and each group's amax is a row reduction of the tile.
 """
 
+import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SCALE_BLOCK,
-                                    early_release_promoted_mma, overlapped_promoted_mma,
-                                    promoted_mma)
-from argus.kernels.moe import MoeSchedule, _tag_layout, _walk, produce_units, store_unit
+                                    SPLIT_MAX_REGS, early_release_promoted_mma,
+                                    overlapped_promoted_mma, promoted_mma, split_promoted_mma,
+                                    weight_blocks_spanned)
+from argus.kernels.moe import (MoeSchedule, _store_gated_staged, _tag_layout, _walk,
+                               produce_units, silu_mul, store_unit)
 from argus.kernels.moe_routing import tag_positions
-from argus.kernels.warp_specialized import OperandRing, Staging
+from argus.kernels.warp_specialized import OperandRing, Staging, Unit, store_tile_staged
 
 GROUP = 128          # columns per scale (one 128-deep K block of the block-scaled GEMM)
 E4M3_MAX = 448.0     # the largest finite e4m3 magnitude
@@ -148,6 +151,26 @@ class MoeFp8Schedule(MoeSchedule):
     # promotion's FFMAs instead of as soon as the block's wgmma group has retired
     # (early_release_promoted_mma, the default); kept to measure one against the other
     late_release: bool = False
+    # gemm_fp8's N-split promotion (`split_promoted_mma`, Fp8GemmSchedule.n_split): each K
+    # block's wgmma is two of bn / 2 columns, each into its own partial promoted into its own
+    # fp32 sum, one partial live at a time, so a 128 x 256 tile fits the registers (the
+    # dense kernel's "split 128x256", docs/perf/fp8.md). The gate-up's halves are then its
+    # two planes (gate rows, up rows: one weight scale each), the down's two 128-column
+    # blocks of the tile (one weight block each at bn = 256). 1 or 2; out of repr when 1
+    n_split: int = field(default=1, repr=False)
+
+    def __repr__(self) -> str:
+        """The dataclass repr, with `n_split=2` last when set (left out at 1, so every
+        schedule without it prints as before the field existed)."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
+        if self.n_split != 1:
+            shown.append(f"n_split={self.n_split}")
+        return f"{type(self).__qualname__}({', '.join(shown)})"
+
+    @property
+    def piece(self) -> int:
+        """Columns of one accumulator: bn, or bn / 2 with n_split = 2."""
+        return self.bn // self.n_split
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
@@ -157,8 +180,12 @@ class MoeFp8Schedule(MoeSchedule):
         if self.bk != BK_BYTES:
             problems.append(f"bk={self.bk}: a stage is one 128-byte swizzle row of e4m3 (one "
                             f"128-deep scale block), bk=128")
-        limit = OVERLAP_MAX_BN if self.overlap else PROMOTE_MAX_BN
-        if self.bn > limit:
+        if self.n_split != 1:
+            problems += self._split_problems()
+            limit = None
+        else:
+            limit = OVERLAP_MAX_BN if self.overlap else PROMOTE_MAX_BN
+        if limit is not None and self.bn > limit:
             problems.append(f"promotion keeps {3 if self.overlap else 2} "
                             f"{self.bm // self.consumers}x{self.bn} fp32 accumulators per "
                             f"consumer: bn={self.bn} exceeds the register budget "
@@ -168,6 +195,29 @@ class MoeFp8Schedule(MoeSchedule):
                             "(swap_ab=False, split_k=1)")
         if self.pingpong:
             problems.append("pingpong is built for the bf16/fp16 GEMMs only")
+        return problems
+
+    def _split_problems(self) -> list[str]:
+        """Fp8GemmSchedule._split_problems for the grouped kernel (serial form only)."""
+        if self.n_split != 2:
+            return [f"n_split={self.n_split}: the K step is split into 1 or 2 column halves"]
+        problems = []
+        if self.overlap or self.late_release:
+            problems.append("n_split=2 is a promoting loop of its own (the stage released "
+                            "after the second half's wgmma): none of overlap, late_release")
+        if self.bn % 16:
+            problems.append(f"n_split=2 takes halves of bn={self.bn}: each a wgmma N, a "
+                            f"multiple of 8, so bn a multiple of 16")
+        # per thread: bn / 2 registers of the two halves' sums, bn / 4 of the live partial
+        regs = self.bn // 2 + self.bn // 4
+        if regs > SPLIT_MAX_REGS:
+            problems.append(f"n_split=2 keeps the {self.bm // self.consumers}x{self.bn} sum "
+                            f"and one half's partial in registers: {regs} per thread exceeds "
+                            f"the budget of {SPLIT_MAX_REGS} (bn <= {4 * SPLIT_MAX_REGS // 3})")
+        # the down's halves take one or two weight scales each (GroupedBlockScales.combine)
+        if weight_blocks_spanned(self.piece) > 2:
+            problems.append(f"n_split=2: a {self.piece}-column half can span three 128-column "
+                            f"weight blocks of the down GEMM (two scales at most)")
         return problems
 
     @property
@@ -182,6 +232,17 @@ class MoeFp8Schedule(MoeSchedule):
 FP8_PREFILL = MoeFp8Schedule(bm=128, bn=128, stages=6, consumers=2)
 # the same with overlapped promotion (the dense kernel's fastest: 836-926 TFLOP/s)
 FP8_PREFILL_OVERLAP = MoeFp8Schedule(bm=128, bn=128, stages=6, consumers=2, overlap=True)
+# gemm_fp8's split 128 x 256 (n_split=2, `split_promoted_mma`; the dense kernel's
+# "split 128x256" with global scales, docs/perf/fp8.md): the gate-up's 256 B rows are 128 gate
+# rows on top of the same 128 up rows, each half one plane and one weight-scale block, so its
+# two sums are gate and up (128 columns of h a unit instead of 64); the down's halves are the
+# tile's two 128-column weight blocks. 4 stages of 48 KB, as the dense split. Not measured on
+# a GPU yet: a variant (scripts/gpu_moe_bench.py --fp8), not the default
+FP8_PREFILL_SPLIT = MoeFp8Schedule(bm=128, bn=256, stages=4, consumers=2, n_split=2)
+# the same with the TMA-store epilogue (one half's 32 KB of staging beside the 4 stages: 224 KB,
+# the dense split's _SPLIT_256_TMA)
+FP8_PREFILL_SPLIT_TMA = MoeFp8Schedule(bm=128, bn=256, stages=4, consumers=2, n_split=2,
+                                       epilogue="tma")
 # few rows per expert: 64-row tiles (half the padding), one consumer warpgroup
 FP8_SMALL = MoeFp8Schedule(bm=64, bn=128, stages=8, consumers=1, consumer_regs=240,
                            producer_regs=40)
@@ -204,6 +265,9 @@ class GroupedBlockScales:
     rows: int
     bn: int
     gated: bool
+    # a gate-up column half of n_split = 2 (`piece`): the plane (0 gate, 1 up) all its
+    # columns belong to; None otherwise
+    plane: int | None = None
 
     @property
     def straddles(self) -> bool:
@@ -211,14 +275,40 @@ class GroupedBlockScales:
 
     def fetch(self, k):
         per_row = ag.load(self.scale_a_t, (k, self.first_row), (self.rows,))
+        return (per_row, *self.fetch_weights(k))
+
+    def fetch_weights(self, k):
+        """The weight scales of block k: (left, right or None)."""
         block = self.first_col // SCALE_BLOCK
         if self.gated:   # the gate plane's block, then the up plane's block of the same rows
-            return (per_row, ag.load_scalar(self.scale_w, (self.expert, 0, block, k)),
+            return (ag.load_scalar(self.scale_w, (self.expert, 0, block, k)),
                     ag.load_scalar(self.scale_w, (self.expert, 1, block, k)))
-        left = ag.load_scalar(self.scale_w, (self.expert, block, k))
-        right = ag.load_scalar(self.scale_w, (self.expert, block + 1, k)) \
-            if self.straddles else None
-        return per_row, left, right
+        left = self._weight(block, k)
+        right = self._weight(block + 1, k) if self.straddles else None
+        return left, right
+
+    def _weight(self, block, k):
+        at = (self.expert, block, k) if self.plane is None else \
+            (self.expert, self.plane, block, k)
+        return ag.load_scalar(self.scale_w, at)
+
+    def piece(self, j: int, width: int) -> "GroupedBlockScales":
+        """These scales for column half j (`width` columns) of the tile (n_split = 2): of the
+        gate-up, plane j's block of the unit's rows (bn / 2 dividing 128: one scalar); of the
+        down, columns [j width, (j + 1) width) of the tile, one or two weight blocks."""
+        if self.gated:
+            assert width == self.bn // 2, (width, self.bn)
+            return dataclasses.replace(self, bn=width, gated=False, plane=j)
+        return dataclasses.replace(self, first_col=self.first_col + j * width, bn=width)
+
+    def combine_column(self, column, left, right):
+        """`combine` of per-row scales given as a [rows, 1] column (split_promoted_mma
+        expands it once for both halves)."""
+        if right is None:
+            return column * left
+        split = self.bn // 2 if self.gated else \
+            (self.first_col // SCALE_BLOCK + 1) * SCALE_BLOCK - self.first_col
+        return column * ag.where(ag.arange(self.bn)[None, :] < split, left, right)
 
     def combine(self, per_row, left, right):
         if right is None:
@@ -232,6 +322,8 @@ class GroupedBlockScales:
 
 def _promotion(s: MoeFp8Schedule):
     """The consumer's promoting main loop the schedule asks for."""
+    if s.n_split == 2:
+        return split_promoted_mma
     if s.overlap:
         return overlapped_promoted_mma
     return promoted_mma if s.late_release else early_release_promoted_mma
@@ -272,8 +364,10 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
-        staging = Staging.alloc(s.consumers, rows, width, ag.bf16, min(s.store_cols, width)) \
-            if s.epilogue == "tma" else None
+        # n_split = 2 stores the down's halves one after the other (each bn / 2 wide)
+        staged = width if gated or s.n_split == 1 else s.piece
+        staging = Staging.alloc(s.consumers, rows, staged, ag.bf16,
+                                min(s.store_cols, staged)) if s.epilogue == "tma" else None
         m_units = ag.load_scalar(Tiles, (0, 0))
 
         def units():
@@ -291,8 +385,34 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
                 scales = GroupedBlockScales(ScaleAT, ScaleW, expert, row0, n * width, rows,
                                             s.bn, gated)
                 acc = _promotion(s)(ring, k_steps, wg, scales)
-                store_unit(C, s, m, n, row0, wg, acc, staging, gated)
+                if s.n_split == 2:
+                    _store_split_unit(C, s, m, n, row0, wg, acc, staging, gated)
+                else:
+                    store_unit(C, s, m, n, row0, wg, acc, staging, gated)
 
     name = "moe_fp8_gate_up" if gated else "moe_fp8_down"
+    # (n_split = 2 traces under the same name: the schedule keys the trace)
     # as the bf16 grouped GEMM: C is written for the units routing counted only
     return ag.kernel(moe_fp8_grouped_gemm, name=name, partial_outputs=("C",))
+
+
+def _store_split_unit(C, s: MoeFp8Schedule, m, n, row0, wg, acc, staging: Staging | None,
+                      gated: bool) -> None:
+    """`store_unit` for n_split = 2's two sums: of the gate-up, (gate, up), stored as
+    silu(gate) * up over the unit's bn / 2 columns of h; of the down, the tile's two column
+    halves, each stored as the bn / 2-wide tile it is (unit column 2 n + j)."""
+    half = s.piece
+    if gated:
+        if staging is not None:
+            _store_gated_staged(C, row0, n * half, wg, acc, staging, half, s.fast_silu,
+                                s.rsqrt_silu)
+        else:
+            out = silu_mul(acc[0], acc[1], s.fast_silu, s.rsqrt_silu)
+            ag.store(C, (row0, n * half), out.to(ag.bf16))
+        return
+    for j, part in enumerate(acc):
+        if staging is not None:
+            store_tile_staged(C, Unit((), m, n * 2 + j), wg, part, staging, bm=s.bm, bn=half,
+                              rows=s.bm // s.consumers, finish=lambda t: t.to(ag.bf16))
+        else:
+            ag.store(C, (row0, n * s.bn + j * half), part.to(ag.bf16))
