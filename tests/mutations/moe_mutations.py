@@ -13,7 +13,10 @@ only read:
   * with CTA pairs along N (cluster_n=2, the token tile multicast in halves), whose `expert`
     tag mentions k without following it: another expert's weights are still caught
     (wgmma.agree), and so is the producer's K walk stepping half a block (wgmma.k-once on
-    `k`).
+    `k`);
+  * the fp8 down GEMM's N-split (argus/kernels/moe_fp8.py FP8_PREFILL_SPLIT_TMA: two
+    128-column sums stored one after the other): the second half's first block stored at the
+    first half's columns (store.coords: its elements are columns 128.., and store.once).
 """
 
 import argus as ag
@@ -120,6 +123,21 @@ def pair_n_half_k_step():
                    if op.result.id == bk.result.id else op)
 
 
+def fp8_split_down_half_over_half():
+    """The fp8 down GEMM with n_split=2 and the TMA store (FP8_PREFILL_SPLIT_TMA) lowered,
+    its third TMA store (half 1's first 64-column block, tile column 128) at the first store's
+    column (half 0's first block): the second sum written over the first."""
+    from argus.compiler import lower_only
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_TMA, grouped_gemm_fp8_kernel
+
+    kernel = lower_only(grouped_gemm_fp8_kernel(False), s=FP8_PREFILL_SPLIT_TMA)
+    stores = [op for op in kernel.walk() if isinstance(op, O.TmaStore)]
+    assert len(stores) == 4, "two 64-column blocks per half"
+    col = stores[0].coords[-1]
+    return rewrite(kernel, O.TmaStore,
+                   lambda op: op.replace(coords=(*op.coords[:-1], col)), nth=2)
+
+
 def _traced(factory, bug):
     return lambda: factory(bug).trace()
 
@@ -155,6 +173,10 @@ MOE_CORPUS: list[Mutation] = [
              ("wgmma.k-once",), ("k", "first", "second"), ("global k =", "multiplied twice"),
              None, "cluster_n=2: the producer's K walk steps half a block, so every block's "
                    "upper half is multiplied twice"),
+    Mutation("moe/fp8_split_down_half_over_half", "moe", 22, fp8_split_down_half_over_half,
+             ("store.coords",), ("output", "value_tags"), ("'nc': 128",), None,
+             "fp8 n_split=2 down: half 1's first block stored at half 0's columns",
+             also=("store.once",)),
 ]
 
 MOE_CLEAN = [
