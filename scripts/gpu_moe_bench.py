@@ -956,10 +956,13 @@ def fp8_variants() -> dict:
     by the verifier yet: compiles with ARGUS_VERIFY=0 only), CTA pairs with the TMA-store
     epilogue (the dense block-scaled kernel's fastest), the TMA store alone, overlap with
     both, the stage released after the promotion (gemm_fp8.promoted_mma's order; the default
-    releases it before), and 64-row tiles."""
+    releases it before), 64-row tiles, and gemm_fp8's split 128 x 256 (n_split=2:
+    split_promoted_mma, the dense kernel's faster promotion) from registers and with the TMA
+    store."""
     from dataclasses import replace
 
-    from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_SMALL
+    from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_PREFILL_SPLIT, FP8_PREFILL_SPLIT_TMA,
+                                       FP8_SMALL)
 
     pair = replace(FP8_PREFILL, stages=5, cluster_m=2, epilogue="tma")
     # the TMA-store epilogue without clusters keeps 128-row padding (pairs pad to 256)
@@ -975,7 +978,21 @@ def fp8_variants() -> dict:
             # rsqrt_silu: no IEEE division, two MUFU per element; the down ignores both): the
             # fp8 GEMM's units take about half the bf16 one's time, so the same epilogue is
             # twice the share
-            "fast_rsqrt_silu": replace(FP8_PREFILL, fast_silu=True, rsqrt_silu=True)}
+            "fast_rsqrt_silu": replace(FP8_PREFILL, fast_silu=True, rsqrt_silu=True),
+            # 128 x 256 tiles with each K block's wgmma split into two 128-column halves, one
+            # partial live at a time (MoeFp8Schedule.n_split; the dense kernel's "split
+            # 128x256" measured 1096-1207 TFLOP/s, docs/perf/fp8.md): the gate-up's halves are
+            # its gate and up planes, the down's the tile's two weight blocks. Not measured on
+            # a GPU yet (docs/perf/moe.md, "fp8 grouped GEMM: the N-split")
+            "split": FP8_PREFILL_SPLIT,
+            "split_tma": FP8_PREFILL_SPLIT_TMA,
+            "split_tma_fast_rsqrt_silu": replace(FP8_PREFILL_SPLIT_TMA, fast_silu=True,
+                                                 rsqrt_silu=True)}
+
+
+# --fp8-only: the fp8 variants timed (all of fp8_variants() when empty); each of them also gets
+# its GEMM kernels' device time (profiler), as the default does
+FP8_ONLY: tuple = ()
 
 
 def run_fp8(tokens, trials, rows, with_variants=True):
@@ -1033,7 +1050,7 @@ def run_fp8(tokens, trials, rows, with_variants=True):
                  ("grouped", "bf16", grouped)]
         if with_variants:
             paths += [(f"ours-fp8@{v}", "fp8", functools.partial(ours_fp8, schedule=sch))
-                      for v, sch in fp8_variants().items()]
+                      for v, sch in fp8_variants().items() if not FP8_ONLY or v in FP8_ONLY]
         for path, kind, fn in paths:
             try:
                 out = fn(x, logits)
@@ -1050,18 +1067,23 @@ def run_fp8(tokens, trials, rows, with_variants=True):
                 row[path] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
                 log(f"{FP8_MODEL} T={T:6d} {path:28s} FAILED {row[path]['error']}")
             torch.cuda.empty_cache()
-        if "ms" in row.get("ours-fp8", {}):
+        broken_down = [("ours-fp8", ours_fp8)] + [
+            (path, fn) for path, _, fn in paths
+            if FP8_ONLY and path.startswith("ours-fp8@")]
+        for path, fn in broken_down:
+            if "ms" not in row.get(path, {}):
+                continue
             try:
-                per = kernel_breakdown(lambda: ours_fp8(x, logits), reps=5)
+                per = kernel_breakdown(lambda: fn(x, logits), reps=5)
                 gemm_us = sum(us for key, us in per.items()
                               if any(name in key for name in FP8_GEMM_KERNELS))
-                row["ours-fp8_kernels_us"] = per
-                row["ours-fp8_gemms"] = dict(us=gemm_us, tflops=flops / (gemm_us * 1e-6) / 1e12)
-                log(f"{FP8_MODEL} T={T:6d} ours-fp8 GEMMs {gemm_us / 1e3:.3f} ms "
-                    f"{row['ours-fp8_gemms']['tflops']:.1f} TFLOP/s; by kernel (us): " +
+                row[f"{path}_kernels_us"] = per
+                row[f"{path}_gemms"] = dict(us=gemm_us, tflops=flops / (gemm_us * 1e-6) / 1e12)
+                log(f"{FP8_MODEL} T={T:6d} {path} GEMMs {gemm_us / 1e3:.3f} ms "
+                    f"{row[f'{path}_gemms']['tflops']:.1f} TFLOP/s; by kernel (us): " +
                     ", ".join(f"{key.split('(')[0][:40]} {us:.1f}" for key, us in per.items()))
             except Exception as e:  # noqa: BLE001 - the breakdown is a diagnostic
-                log(f"{FP8_MODEL} T={T:6d} breakdown failed: {type(e).__name__}: {e}")
+                log(f"{FP8_MODEL} T={T:6d} {path} breakdown failed: {type(e).__name__}: {e}")
         rows.append(row)
         del x, logits, exact
         torch.cuda.empty_cache()
@@ -1086,10 +1108,11 @@ def fp8_table(rows) -> str:
             lines.append(f"| {r['model']} | {r['T']} | {p} | {d['ms']:.3f} | "
                          f"{d['tflops']:.0f} | {d['rel_err']:.1e}"
                          f"{'' if d['ok'] else ' WRONG'} | {vs_grouped} | {vs_bf16} |")
-        if "ours-fp8_gemms" in r:
-            gm = r["ours-fp8_gemms"]
-            lines.append(f"| {r['model']} | {r['T']} | ours-fp8 GEMM kernels only | "
-                         f"{gm['us'] / 1e3:.3f} | {gm['tflops']:.0f} | - | - | - |")
+        for p in paths:
+            if f"{p}_gemms" in r:
+                gm = r[f"{p}_gemms"]
+                lines.append(f"| {r['model']} | {r['T']} | {p} GEMM kernels only | "
+                             f"{gm['us'] / 1e3:.3f} | {gm['tflops']:.0f} | - | - | - |")
     for r in rows:
         if r["T"] == 16384:
             best = max(((r[p]["tflops"], p) for p in paths
@@ -1180,10 +1203,16 @@ def main() -> None:
                          "torch._grouped_mm on the dequantized weights")
     ap.add_argument("--no-variants", action="store_true",
                     help="--fp8: time the default fp8 schedule only")
+    ap.add_argument("--fp8-only", nargs="+", default=(), metavar="VARIANT",
+                    choices=list(fp8_variants()),
+                    help="--fp8: time only these variants beside the default (each with its "
+                         "GEMM kernels' device time, as the default)")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
     global PREFILL_ONLY
     PREFILL_ONLY = tuple(args.prefill_only)
+    global FP8_ONLY
+    FP8_ONLY = tuple(args.fp8_only)
 
     import torch
 
