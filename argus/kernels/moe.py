@@ -400,11 +400,12 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False,
 
 
 def produce_units(ring: OperandRing, units, A, W, s: MoeSchedule, k_steps, gated: bool,
-                  rank) -> None:
+                  rank, extra=None) -> None:
     """The producer warpgroup of the prefill grouped GEMMs (bf16 here, fp8 in moe_fp8.py):
     per unit (m-tile, n-tile, expert) of `units` and K step, A's bm rows and the expert's B
     tile into the ring's next stage (the gated GEMM's: bn/2 gate rows on top of the matching
-    bn/2 up rows)."""
+    bn/2 up rows); `extra(stage, m, n, expert, k)`, when given, loads more into the same
+    stage after them (the fp8 GEMM's block scales through shared memory)."""
     width = s.bn // 2 if gated else s.bn
     # cluster_m=2: B is shared (each CTA loads 1/cs of every weight box for both);
     # cluster_n=2: A is (each loads half of the token tile's rows for both)
@@ -425,6 +426,8 @@ def produce_units(ring: OperandRing, units, A, W, s: MoeSchedule, k_steps, gated
                     else:
                         load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk,
                                   rank=rank, share=cs)
+                    if extra is not None:
+                        extra(stage, m, n, expert, k)
 
 
 def store_unit(C, s: MoeSchedule, m, n, row0, wg, acc, staging: Staging | None,

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field, fields
 import argus as ag
 from argus.dtypes import DType
 from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SCALE_BLOCK,
-                                    SPLIT_MAX_REGS, early_release_promoted_mma,
+                                    SCALE_BOX, SPLIT_MAX_REGS, SharedBlockScales,
+                                    early_release_promoted_mma,
                                     overlapped_promoted_mma, promoted_mma, split_promoted_mma,
                                     weight_blocks_spanned)
 from argus.kernels.moe import (MoeSchedule, _store_gated_staged, _tag_layout, _walk,
@@ -67,9 +68,12 @@ def _quantize_groups(x, g0, groups_total):
 
 
 @functools.lru_cache(maxsize=None)
-def quantize_1x128_kernel(src: DType, groups: int = 4, threads: int = THREADS
-                          ) -> ag.KernelFunction:
-    """CTA (r, b) quantizes groups [b * groups, +groups) of row r."""
+def quantize_1x128_kernel(src: DType, groups: int = 4, threads: int = THREADS,
+                          k_major: bool = False) -> ag.KernelFunction:
+    """CTA (r, b) quantizes groups [b * groups, +groups) of row r. k_major: the scales go to
+    ScaleA [MS, KGP, 1] (K-major, KGP >= KG: row r's scales contiguous, the layout the
+    shared-memory-scale GEMMs' TMA boxes read; the trailing 1 lets the [G, 1] column of one
+    row's scales be stored as it is) instead of the MN-major ScaleT [KG, MS]."""
 
     def quantize_1x128(X: ag.Tensor["M", "KG", GROUP, src],
                        Xq: ag.Tensor["M", "KG", GROUP, ag.e4m3],
@@ -81,6 +85,20 @@ def quantize_1x128_kernel(src: DType, groups: int = 4, threads: int = THREADS
         ag.store(Xq, (r, g0, 0), q)
         ag.store(ScaleT, (g0, r), scale)
 
+    def quantize_1x128_k_major(X: ag.Tensor["M", "KG", GROUP, src],
+                               Xq: ag.Tensor["M", "KG", GROUP, ag.e4m3],
+                               ScaleA: ag.Tensor["MS", "KGP", 1, ag.f32]):
+        r, b = ag.grid(X.shape[0], ag.cdiv(X.shape[1], groups))
+        g0 = b * groups
+        x = ag.load(X, (r, g0, 0), (groups, GROUP)).to(ag.f32)
+        q, scale = _quantize_groups(x, g0, X.shape[1])
+        ag.store(Xq, (r, g0, 0), q)
+        ag.store(ScaleA, (r, g0, 0), scale)
+
+    if k_major:   # rows past M and columns past KG (padding) are not read as scales
+        return ag.kernel(quantize_1x128_k_major, threads=threads,
+                         name=f"quantize_1x128_kmajor_{src.name}_{groups}_{threads}",
+                         partial_outputs=("ScaleA",))
     # scale_t's columns past M (M' > M: alignment padding the GEMM never uses) are not written
     return ag.kernel(quantize_1x128, threads=threads,
                      name=f"quantize_1x128_{src.name}_{groups}_{threads}",
@@ -88,11 +106,31 @@ def quantize_1x128_kernel(src: DType, groups: int = 4, threads: int = THREADS
 
 
 @functools.lru_cache(maxsize=None)
-def permute_quantize_kernel(top_k: int, groups: int = 4, threads: int = THREADS
-                            ) -> ag.KernelFunction:
+def permute_quantize_kernel(top_k: int, groups: int = 4, threads: int = THREADS,
+                            k_major: bool = False) -> ag.KernelFunction:
     """xq[pos[t * k + j]] = e4m3 of x[t] for each slot j, scale_t[:, pos[t * k + j]] its
     scales: CTA (t, b) quantizes groups [b * groups, +groups) of token t once and writes them
-    to its k rows of the padded layout (argus/kernels/moe_routing.py's permute, quantized)."""
+    to its k rows of the padded layout (argus/kernels/moe_routing.py's permute, quantized).
+    k_major: the scales into ScaleA [MS, HGP, 1] instead (quantize_1x128_kernel's)."""
+
+    if k_major:
+        def moe_permute_quantize_k_major(X: ag.Tensor["T", "HG", GROUP, ag.bf16],
+                                         Pos: ag.Tensor["N", 1, ag.i32],
+                                         Xq: ag.Tensor["M", "HG", GROUP, ag.e4m3],
+                                         ScaleA: ag.Tensor["MS", "HGP", 1, ag.f32]):
+            tag_positions(Pos)
+            t, b = ag.grid(X.shape[0], ag.cdiv(X.shape[1], groups))
+            g0 = b * groups
+            x = ag.load(X, (t, g0, 0), (groups, GROUP)).to(ag.f32)
+            q, scale = _quantize_groups(x, g0, X.shape[1])
+            for j in range(top_k):
+                row = ag.load_scalar(Pos, (t * top_k + j, 0))
+                ag.store(Xq, (row, g0, 0), q)
+                ag.store(ScaleA, (row, g0, 0), scale)
+
+        return ag.kernel(moe_permute_quantize_k_major, threads=threads,
+                         name=f"moe_permute_quantize_kmajor_k{top_k}_{groups}_{threads}",
+                         partial_outputs=("Xq", "ScaleA"))
 
     def moe_permute_quantize(X: ag.Tensor["T", "HG", GROUP, ag.bf16],
                              Pos: ag.Tensor["N", 1, ag.i32],
@@ -158,13 +196,22 @@ class MoeFp8Schedule(MoeSchedule):
     # two planes (gate rows, up rows: one weight scale each), the down's two 128-column
     # blocks of the tile (one weight block each at bn = 256). 1 or 2; out of repr when 1
     n_split: int = field(default=1, repr=False)
+    # block scales through shared memory (gemm_fp8.SharedBlockScales, DeepGEMM's path; the
+    # dense kernel's smem_scales): the producer TMA-loads each stage's activation scales
+    # (K-major [MS, K/128 padded to 4]: the quantizers' k_major write) and the unit's one or
+    # two weight-scale blocks (the gate-up's two planes) beside its operand tiles, and the
+    # consumers read them there (`grouped_gemm_fp8_smem_kernel`). Serial early-release or
+    # n_split=2 promotion, no clusters. Out of repr when False
+    smem_scales: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
-        """The dataclass repr, with `n_split=2` last when set (left out at 1, so every
-        schedule without it prints as before the field existed)."""
+        """The dataclass repr, with `n_split=2` and `smem_scales=True` last when set (left out
+        when off, so every schedule without them prints as before the fields existed)."""
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
         if self.n_split != 1:
             shown.append(f"n_split={self.n_split}")
+        if self.smem_scales:
+            shown.append("smem_scales=True")
         return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
@@ -195,6 +242,11 @@ class MoeFp8Schedule(MoeSchedule):
                             "(swap_ab=False, split_k=1)")
         if self.pingpong:
             problems.append("pingpong is built for the bf16/fp16 GEMMs only")
+        if self.smem_scales and (self.overlap or self.late_release or self.cluster_m != 1
+                                 or self.cluster_n != 1):
+            problems.append("smem_scales reads a stage's scales in the serial promotion's "
+                            "step (early release or n_split=2): none of overlap, "
+                            "late_release, and no clusters (cluster_m=cluster_n=1)")
         return problems
 
     def _split_problems(self) -> list[str]:
@@ -243,6 +295,15 @@ FP8_PREFILL_SPLIT = MoeFp8Schedule(bm=128, bn=256, stages=4, consumers=2, n_spli
 # the dense split's _SPLIT_256_TMA)
 FP8_PREFILL_SPLIT_TMA = MoeFp8Schedule(bm=128, bn=256, stages=4, consumers=2, n_split=2,
                                        epilogue="tma")
+# the split with the block scales through shared memory (the dense kernel's default, "split
+# 128x256 smem scales": 1082 TFLOP/s geomean against the global-scale split's 989 on the H200,
+# docs/perf/fp8.md): 4 stages from registers; 3 with the TMA store (4 x 48 KB + 32 KB of
+# staging + the scale stages is past 227 KB), as the dense _SPLIT_256_SMEM_TMA. Not measured on
+# a GPU yet
+FP8_PREFILL_SPLIT_SMEM = MoeFp8Schedule(bm=128, bn=256, stages=4, consumers=2, n_split=2,
+                                        smem_scales=True)
+FP8_PREFILL_SPLIT_SMEM_TMA = MoeFp8Schedule(bm=128, bn=256, stages=3, consumers=2, n_split=2,
+                                            smem_scales=True, epilogue="tma")
 # few rows per expert: 64-row tiles (half the padding), one consumer warpgroup
 FP8_SMALL = MoeFp8Schedule(bm=64, bn=128, stages=8, consumers=1, consumer_regs=240,
                            producer_regs=40)
@@ -394,6 +455,91 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
     # (n_split = 2 traces under the same name: the schedule keys the trace)
     # as the bf16 grouped GEMM: C is written for the units routing counted only
     return ag.kernel(moe_fp8_grouped_gemm, name=name, partial_outputs=("C",))
+
+
+@functools.lru_cache(maxsize=None)
+def grouped_gemm_fp8_smem_kernel(gated: bool) -> ag.KernelFunction:
+    """`grouped_gemm_fp8_kernel` with the block scales through shared memory
+    (MoeFp8Schedule(smem_scales=True); gemm_fp8.SharedBlockScales): ScaleA [MS, KBP] the
+    activation scales K-major (KBP >= K/128 a multiple of 4: 16-byte row pitches; the
+    quantizers' k_major write), ScaleW the weight scales with K/128 padded to a multiple of 4
+    as well (16-byte pitched rows: the op pads them). Each stage's boxes start at the aligned
+    block 4j of its K block 4j + i (SharedBlockScales: an unaligned innermost TMA coordinate
+    traps on Hopper); the gate-up's weight box is its two planes' blocks of the unit's rows,
+    the down's the one or two 128-column blocks its tile covers."""
+    w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
+    s_dims = ("E", 2, "NB", "KBW") if gated else ("E", "NB", "KBW")
+
+    def moe_fp8_grouped_gemm_smem(A: ag.Tensor["M", "K", ag.e4m3],
+                                  W: ag.Tensor[(*w_dims, ag.e4m3)],
+                                  ScaleA: ag.Tensor["MS", "KBP", ag.f32],
+                                  ScaleW: ag.Tensor[(*s_dims, ag.f32)],
+                                  TileExpert: ag.Tensor["MT", 1, ag.i32],
+                                  Tiles: ag.Tensor[1, 1, ag.i32],
+                                  C: ag.Tensor["M", "NC", ag.bf16],
+                                  s: MoeFp8Schedule = FP8_PREFILL_SPLIT_SMEM):
+        _tag_layout(A, W, TileExpert, s.pad, gated)
+        if not s.smem_scales:
+            raise ag.TraceError("this kernel reads the block scales from shared memory: it "
+                                "needs smem_scales=True",
+                                fix="pass MoeFp8Schedule(..., smem_scales=True), or "
+                                    "grouped_gemm_fp8_kernel for global scales")
+        if gated and not s.gate_up_fits:
+            raise ag.TraceError(f"the gate-up's B tile is bn/2 = {s.bn // 2} gate rows on top "
+                                f"of the same up rows; each half must lie in one 128-row "
+                                f"weight-scale block (bn/2 dividing 128)",
+                                fix="use bn = 64, 128 or 256 / 2^j for the gate-up")
+        K = A.shape[1]
+        width = s.bn // 2 if gated else s.bn
+        n_tiles = ag.cdiv(C.shape[1], width)
+        most = ag.cdiv(A.shape[0], s.pad) * n_tiles
+        programs = ag.minimum(most, s.num_sms)
+        (pid,) = ag.grid(programs)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
+        # the scale stages after the ring; the gate-up's tile takes its two planes' scales
+        scales = SharedBlockScales.alloc(s, ScaleA, ScaleW, planes=2 if gated else None)
+        k_steps = ring.k_steps(K)
+        rows = s.bm // s.consumers
+        staged = width if gated or s.n_split == 1 else s.piece
+        staging = Staging.alloc(s.consumers, rows, staged, ag.bf16,
+                                min(s.store_cols, staged)) if s.epilogue == "tma" else None
+        m_units = ag.load_scalar(Tiles, (0, 0))
+
+        def units():
+            return _walk(pid, programs, m_units, n_tiles, s.group_m, TileExpert, True)
+
+        def load_scales(stage, m, n, expert, k):
+            # the boxes start at the 16-byte aligned block 4j of k = 4j + i (`read` takes
+            # column i): an unaligned innermost coordinate traps (SharedBlockScales)
+            kq = k // SCALE_BOX * SCALE_BOX
+            ag.tma.load(scales.sa[stage], ScaleA, (m * s.bm, kq))
+            if gated:   # the gate plane's block of the unit's rows, then the up plane's
+                ag.tma.load(scales.sb[stage].rows_of(0, 2), ScaleW,
+                            (expert, 0, n * width // SCALE_BLOCK, kq),
+                            box=(1, 2, 1, SCALE_BOX))
+            else:
+                ag.tma.load(scales.sb[stage].rows_of(0, scales.planes), ScaleW,
+                            (expert, n * s.bn // SCALE_BLOCK, kq),
+                            box=(1, scales.planes, SCALE_BOX))
+
+        produce_units(ring, units(), A, W, s, k_steps, gated, 0, extra=load_scales)
+
+        with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+            for m, n, expert in units():
+                row0 = m * s.bm + wg * rows
+                # the gate-up's columns [0, bn/2) take the gate plane's scale, the rest the up
+                # plane's; the down's those before its next weight block the first
+                unit = dataclasses.replace(scales, split=width) if gated else \
+                    scales.for_unit(n * s.bn)
+                if s.n_split == 2:
+                    acc = split_promoted_mma(ring, k_steps, wg, unit)
+                    _store_split_unit(C, s, m, n, row0, wg, acc, staging, gated)
+                else:
+                    acc = early_release_promoted_mma(ring, k_steps, wg, unit)
+                    store_unit(C, s, m, n, row0, wg, acc, staging, gated)
+
+    name = "moe_fp8_gate_up_smem" if gated else "moe_fp8_down_smem"
+    return ag.kernel(moe_fp8_grouped_gemm_smem, name=name, partial_outputs=("C",))
 
 
 def _store_split_unit(C, s: MoeFp8Schedule, m, n, row0, wg, acc, staging: Staging | None,

@@ -57,7 +57,8 @@ from argus.kernels import moe_routing as R
 from argus.kernels.moe import (PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL, TINY, MoeSchedule,
                                decode_schedule, grouped_gemm_kernel, split_finish_kernel)
 from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_SMALL, GROUP, MoeFp8Schedule,
-                                   grouped_gemm_fp8_kernel, permute_quantize_kernel,
+                                   grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel,
+                                   permute_quantize_kernel,
                                    quantize_1x128_kernel)
 from argus.ops.split_k import k_slices
 from argus.runtime.args import check_on_one_gpu
@@ -505,6 +506,12 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
                   xs=fill((layer.hidden // GROUP, M), float("nan"), **f32),
                   hq=torch.empty(M, layer.inter, **e4m3),
                   hs=torch.empty(layer.inter // GROUP, M, **f32))
+        # smem_scales: a GEMM's activation scales K-major instead ([M, K/128 padded to 4]:
+        # 16-byte row pitches for the TMA boxes), written so by its quantizer
+        if layer.schedule.smem_scales:
+            ws["xs"] = fill((M, _pad4(layer.hidden // GROUP), 1), float("nan"), **f32)
+        if layer.down.smem_scales:
+            ws["hs"] = torch.empty(M, _pad4(layer.inter // GROUP), 1, **f32)
         nbytes = M * (layer.hidden * 3 + layer.inter * 3) + 4 * M * (
             layer.hidden + layer.inter) // GROUP
     else:
@@ -642,6 +649,23 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     return out
 
 
+def _pad4(n: int) -> int:
+    """n rounded up to a multiple of 4: f32 rows of 16 bytes' multiple (TMA row pitches)."""
+    return -(-n // 4) * 4
+
+
+def _pitched(scale):
+    """Weight block scales [..., K/128] with K/128 padded to a multiple of 4 (16-byte row
+    pitches, the shared-memory-scale GEMMs' TMA boxes): as they are when it is one already,
+    else a zero-padded copy (the padding columns are never applied)."""
+    import torch
+
+    kb = scale.shape[-1]
+    if kb % 4 == 0:
+        return scale
+    return torch.nn.functional.pad(scale, (0, _pad4(kb) - kb)).contiguous()
+
+
 def _fp8_gemms(x, w13, w2, scales, layer: Layer, run, ws: dict) -> None:
     """The fp8 expert GEMMs into ws["y"]: x quantized (1x128) on its way into the padded
     layout, the block-scaled gate-up into h (bf16, silu(gate) * up from fp32), h quantized
@@ -652,14 +676,24 @@ def _fp8_gemms(x, w13, w2, scales, layer: Layer, run, ws: dict) -> None:
     s13 = _block_scales(w13_scale, E, 2 * inter, H).view(E, 2, inter // GROUP, H // GROUP)
     s2 = _block_scales(w2_scale, E, H, inter)
     tile_expert, tiles, M = ws["tile_expert"], ws["tiles"], layer.padded_rows
-    run(permute_quantize_kernel(layer.top_k), x.view(layer.tokens, H // GROUP, GROUP),
-        ws["pos"], ws["xq"].view(M, H // GROUP, GROUP), ws["xs"])
-    run(grouped_gemm_fp8_kernel(True), ws["xq"], w13.view(E, 2, inter, H), ws["xs"], s13,
-        tile_expert, tiles, ws["h"], s=layer.schedule)
-    run(quantize_1x128_kernel(ag.bf16), ws["h"].view(M, inter // GROUP, GROUP),
+    up, down = layer.schedule.smem_scales, layer.down.smem_scales
+    run(permute_quantize_kernel(layer.top_k, k_major=up),
+        x.view(layer.tokens, H // GROUP, GROUP), ws["pos"], ws["xq"].view(M, H // GROUP, GROUP),
+        ws["xs"])
+    if up:   # K-major activation scales, weight scales 16-byte pitched (smem_scales)
+        run(grouped_gemm_fp8_smem_kernel(True), ws["xq"], w13.view(E, 2, inter, H),
+            ws["xs"].view(M, -1), _pitched(s13), tile_expert, tiles, ws["h"], s=layer.schedule)
+    else:
+        run(grouped_gemm_fp8_kernel(True), ws["xq"], w13.view(E, 2, inter, H), ws["xs"], s13,
+            tile_expert, tiles, ws["h"], s=layer.schedule)
+    run(quantize_1x128_kernel(ag.bf16, k_major=down), ws["h"].view(M, inter // GROUP, GROUP),
         ws["hq"].view(M, inter // GROUP, GROUP), ws["hs"])
-    run(grouped_gemm_fp8_kernel(False), ws["hq"], w2, ws["hs"], s2, tile_expert, tiles,
-        ws["y"], s=layer.down)
+    if down:
+        run(grouped_gemm_fp8_smem_kernel(False), ws["hq"], w2, ws["hs"].view(M, -1),
+            _pitched(s2), tile_expert, tiles, ws["y"], s=layer.down)
+    else:
+        run(grouped_gemm_fp8_kernel(False), ws["hq"], w2, ws["hs"], s2, tile_expert, tiles,
+            ws["y"], s=layer.down)
 
 
 @functools.lru_cache(maxsize=256)
@@ -743,6 +777,11 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
     replayable = out is not None and (not fp8 or (
         tuple(w13_scale.shape) == (E, two_i // GROUP, H // GROUP)
         and tuple(w2_scale.shape) == (E, H // GROUP, two_i // 2 // GROUP)))
+    if fp8 and ((layer.schedule.smem_scales and (H // GROUP) % 4) or
+                (layer.down.smem_scales and (layer.inter // GROUP) % 4)):
+        # the weight scales are padded into a copy per call (_pitched): a replayed plan
+        # would read the first call's copy
+        replayable = False
     if out is None:
         out = torch.empty(T, H, dtype=torch.bfloat16, device=x.device)
     programs, key = ws.get("programs"), None
