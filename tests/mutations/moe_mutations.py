@@ -16,7 +16,10 @@ only read:
     `k`);
   * the fp8 down GEMM's N-split (argus/kernels/moe_fp8.py FP8_PREFILL_SPLIT_TMA: two
     128-column sums stored one after the other): the second half's first block stored at the
-    first half's columns (store.coords: its elements are columns 128.., and store.once).
+    first half's columns (store.coords: its elements are columns 128.., and store.once);
+  * its block scales through shared memory (FP8_PREFILL_SPLIT_SMEM): the activation-scale
+    box started at the K block k instead of the aligned 4j of k = 4j + i, the copy that
+    trapped on the H200 (tma.inner-align).
 """
 
 import argus as ag
@@ -138,6 +141,24 @@ def fp8_split_down_half_over_half():
                    lambda op: op.replace(coords=(*op.coords[:-1], col)), nth=2)
 
 
+def fp8_smem_scale_box_at_k():
+    """The fp8 gate-up with smem scales (FP8_PREFILL_SPLIT_SMEM) lowered, its activation-scale
+    TMA load (the fourth: A, gate, up, then ScaleA) at (row, k) instead of (row, k // 4 * 4):
+    4 k bytes into a row, not 16-byte aligned for k % 4 != 0."""
+    from argus.compiler import lower_only
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM, grouped_gemm_fp8_smem_kernel
+
+    kernel = lower_only(grouped_gemm_fp8_smem_kernel(True), s=FP8_PREFILL_SPLIT_SMEM)
+    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    loads = [op for op in kernel.walk() if isinstance(op, O.TmaLoad)]
+    kq = defs[loads[3].coords[-1].id]                     # kq = (k // 4) * 4
+    assert isinstance(kq, O.Arith) and kq.fn == "mul", kq
+    div = defs[kq.lhs.id]
+    assert isinstance(div, O.Arith) and div.fn == "floordiv", div
+    return rewrite(kernel, O.TmaLoad,
+                   lambda op: op.replace(coords=(*op.coords[:-1], div.lhs)), nth=3)
+
+
 def _traced(factory, bug):
     return lambda: factory(bug).trace()
 
@@ -177,6 +198,10 @@ MOE_CORPUS: list[Mutation] = [
              ("store.coords",), ("output", "value_tags"), ("'nc': 128",), None,
              "fp8 n_split=2 down: half 1's first block stored at half 0's columns",
              also=("store.once",)),
+    Mutation("moe/fp8_smem_scale_box_at_k", "moe", 0, fp8_smem_scale_box_at_k,
+             ("tma.inner-align",), ("inner_coordinate", "byte_offset"), ("ScaleA",), None,
+             "fp8 smem scales: the activation-scale box starts at block k, 4 k bytes into a "
+             "row (traps on Hopper unless k % 4 == 0)"),
 ]
 
 MOE_CLEAN = [
