@@ -168,17 +168,26 @@ def test_moe_fp8_matches_float64(T, E, k, H, I, form):
 
 
 @pytest.mark.parametrize("variant", ["default", "overlap", "cluster_tma", "small",
-                                     "late_release", "fast_rsqrt_silu"])
+                                     "late_release", "fast_rsqrt_silu", "split", "split_tma",
+                                     "split_smem", "split_smem_tma", "smem"])
 def test_moe_fp8_schedules_on_the_card(variant, monkeypatch):
     """Every fp8 schedule the bench times, on one layer, against float64 (overlapped
     promotion compiles without the verifier: its wgmma.k-once is not proven yet)."""
     from dataclasses import replace
 
-    from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_SMALL
+    from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_PREFILL_SPLIT, FP8_PREFILL_SPLIT_SMEM,
+                                       FP8_PREFILL_SPLIT_SMEM_TMA, FP8_PREFILL_SPLIT_TMA,
+                                       FP8_SMALL)
     from argus.ops import moe
     from argus.ops.moe import reference_fp8
 
-    schedule = {"default": FP8_PREFILL, "overlap": replace(FP8_PREFILL, overlap=True),
+    # the split and smem-scale schedules (n_split=2, smem_scales) at I = 768: the down's
+    # K/128 = 6, so its weight scales are padded to 8 columns for the scale boxes
+    schedule = {"split": FP8_PREFILL_SPLIT, "split_tma": FP8_PREFILL_SPLIT_TMA,
+                "split_smem": FP8_PREFILL_SPLIT_SMEM,
+                "split_smem_tma": FP8_PREFILL_SPLIT_SMEM_TMA,
+                "smem": replace(FP8_PREFILL, smem_scales=True),
+                "default": FP8_PREFILL, "overlap": replace(FP8_PREFILL, overlap=True),
                 "cluster_tma": replace(FP8_PREFILL, stages=5, cluster_m=2, epilogue="tma"),
                 "small": FP8_SMALL,
                 "late_release": replace(FP8_PREFILL, late_release=True),
