@@ -967,7 +967,9 @@ def fp8_variants() -> dict:
 
     pair = replace(FP8_PREFILL, stages=5, cluster_m=2, epilogue="tma")
     # the TMA-store epilogue without clusters keeps 128-row padding (pairs pad to 256)
-    return {"overlap": replace(FP8_PREFILL, overlap=True), "cluster_tma": pair,
+    return {# the prefill default before 2026-12-06: 128 x 128, global scales, direct store
+            "plain128": FP8_PREFILL,
+            "overlap": replace(FP8_PREFILL, overlap=True), "cluster_tma": pair,
             "tma": replace(FP8_PREFILL, stages=5, epilogue="tma"),
             "overlap_cluster_tma": replace(pair, overlap=True),
             # the dense kernel's serial order: the stage released after the promotion

@@ -56,7 +56,8 @@ from argus.errors import LaunchError
 from argus.kernels import moe_routing as R
 from argus.kernels.moe import (PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL, TINY, MoeSchedule,
                                decode_schedule, grouped_gemm_kernel, split_finish_kernel)
-from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_SMALL, GROUP, MoeFp8Schedule,
+from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL, GROUP,
+                                   MoeFp8Schedule,
                                    grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel,
                                    permute_quantize_kernel,
                                    quantize_1x128_kernel)
@@ -237,13 +238,16 @@ def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> 
 
 
 def fp8_schedule_for(tokens: int, top_k: int, num_experts: int) -> MoeFp8Schedule:
-    """The fp8 grouped GEMMs' schedule: 128 x 128 tiles (gemm_fp8's block-scaled tile, each
-    expert padded to 128 rows) when the experts get at least 128 rows each on average, else
-    64 x 128 (half the padding). No swap-AB decode form yet: decode sizes take FP8_SMALL.
-    Untuned."""
+    """The fp8 grouped GEMMs' schedule: when the experts get at least 128 rows each on
+    average, 128 x 256 tiles with each K block's wgmma split into two 128-column halves, the
+    block scales through shared memory and the TMA-store epilogue (FP8_PREFILL_SPLIT_SMEM_TMA,
+    the dense block-scaled kernel's fastest form; measured at DeepSeek-V3 T = 16384 on an
+    H100, 2026-12-06: the whole layer 859 TFLOP/s against the 128 x 128 global-scale tile's 603,
+    docs/perf/moe.md); else 64 x 128 (half the padding). No swap-AB decode form yet: decode
+    sizes take FP8_SMALL. Untuned."""
     entries = tokens * top_k
     active = max(1, min(num_experts, entries))
-    return FP8_PREFILL if entries / active >= 128 else FP8_SMALL
+    return FP8_PREFILL_SPLIT_SMEM_TMA if entries / active >= 128 else FP8_SMALL
 
 
 # ----------------------------------------------------------------------------- checks
