@@ -72,7 +72,7 @@ def test_every_family_is_a_schedule_family_without_rules_of_its_own():
     from argus.agent.families import FAMILIES
 
     assert set(FAMILIES) == {"gemm", "elementwise", "kernel", "composed", "attention", "moe",
-                             "conv"}
+                             "moe_fp8", "conv"}
     for name, family in FAMILIES.items():
         assert isinstance(family, ScheduleFamily), name
         assert type(family).static_check is ScheduleFamily.static_check, name

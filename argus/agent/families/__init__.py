@@ -13,11 +13,12 @@ from argus.agent.families.elementwise import ElementwiseFamily
 from argus.agent.families.gemm import GemmFamily
 from argus.agent.families.kernel import KernelFamily
 from argus.agent.families.moe import MoeFamily
+from argus.agent.families.moe_fp8 import MoeFp8Family
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (GemmFamily(), ElementwiseFamily(),
                                                    KernelFamily(), ComposedFamily(),
                                                    AttentionFamily(), MoeFamily(),
-                                                   ConvFamily())}
+                                                   MoeFp8Family(), ConvFamily())}
 
 
 def get_family(name: str) -> Family:

@@ -1,8 +1,9 @@
 """The legal ranges and constraints of the library's Schedule classes that do not declare them in
 their own field metadata yet (argus/schedule_space.py): the warp-specialized skeleton, the GEMM,
-the MoE grouped GEMM, the attention forward, the implicit-GEMM convolution, and the composed
-family's tile and matmul schedules, plus the agent's own `SplitSchedule` (the KernelBench fp32
-adapter's split, declared in its fields, as every Schedule eventually will be).
+the MoE grouped GEMM (bf16, and its block-scaled fp8 form), the attention forward, the
+implicit-GEMM convolution, and the composed family's tile and matmul schedules, plus the agent's
+own `SplitSchedule` (the KernelBench fp32 adapter's split, declared in its fields, as every
+Schedule eventually will be).
 
 When a kernel module adopts the metadata (`bm: int = field(default=128, metadata=legal(...))`
 and a CONSTRAINTS tuple), its entry here goes away: `space_of` reads the class first.
@@ -257,6 +258,37 @@ MOE_CONSTRAINTS = (
 )
 
 
+MOE_FP8 = dict(
+    bn=legal((64, 128, 256), multiple=limits.WGMMA_N_STEP, low=8, high=limits.WGMMA_N_MAX,
+             rule="PTX wgmma shapes m64nNk32 (e4m3): N a multiple of 8 in [8, 256]"),
+    bk=legal((128,), rule="TMA/wgmma 128-byte swizzle atom: a row of 128 e4m3, one 128-deep "
+             "scale block a stage (MoeFp8Schedule._problems)"),
+    overlap=legal((False, True), rule="argus/kernels/gemm_fp8.py overlapped_promoted_mma"),
+    late_release=legal((False, True), rule="argus/kernels/gemm_fp8.py promoted_mma (the stage "
+                       "released after the promotion) against early_release_promoted_mma"),
+    n_split=legal((1, 2), rule="argus/kernels/gemm_fp8.py split_promoted_mma (1 or 2 column "
+                  "halves a K block)"),
+    smem_scales=legal((False, True), rule="argus/kernels/gemm_fp8.py SharedBlockScales"),
+    swap_ab=fixed("no swap-AB fp8 form (MoeFp8Schedule._problems)"),
+    split_k=fixed("no K split in the fp8 grouped GEMM (MoeFp8Schedule._problems)"),
+)
+
+MOE_FP8_CONSTRAINTS = (
+    # replaces MoeSchedule's decode_threshold (the same code: the most derived wins): the fp8
+    # path has no swap-AB decode form, its small-size rule is the tile's rows
+    Constraint("decode_threshold", lambda s, f: (s["bm"] >= f["big_tile_rows"])
+               == (f["rows_per_expert"] >= f["big_tile_rows"]),
+               lambda s, f: (f"bm={s['bm']} at {f['rows_per_expert']:.0f} rows an expert on "
+                             f"average: argus.ops.moe.fp8_schedule_for takes "
+                             f"{f['big_tile_rows']}-row tiles from {f['big_tile_rows']} rows "
+                             "an expert and 64-row tiles (half the padding) below (the fp8 "
+                             "path has no swap-AB decode form)"),
+               lambda s, f: ("use bm=128" if f["rows_per_expert"] >= f["big_tile_rows"]
+                             else "use bm=64"),
+               "argus/ops/moe.py fp8_schedule_for", reads=("bm",), severity="warning"),
+)
+
+
 CONV = dict(
     bn=legal((64, 128, 256), multiple=limits.WGMMA_N_STEP, low=8, high=limits.WGMMA_N_MAX,
              rule="PTX wgmma shapes m64nNk16: N a multiple of 8 in [8, 256]"),
@@ -309,6 +341,7 @@ def declare_library() -> None:
     from argus.compose.tile import TileSchedule
     from argus.kernels.gemm import GemmSchedule
     from argus.kernels.moe import MoeSchedule
+    from argus.kernels.moe_fp8 import MoeFp8Schedule
     from argus.kernels.warp_specialized import WarpSpecializedSchedule
 
     declare(WarpSpecializedSchedule, WARP_SPECIALIZED, WARP_SPECIALIZED_CONSTRAINTS)
@@ -317,6 +350,7 @@ def declare_library() -> None:
     declare(MatmulSchedule, MATMUL, MATMUL_CONSTRAINTS)
     declare(AttentionSchedule, ATTENTION, ATTENTION_CONSTRAINTS)
     declare(MoeSchedule, MOE, MOE_CONSTRAINTS)
+    declare(MoeFp8Schedule, MOE_FP8, MOE_FP8_CONSTRAINTS)
     declare(ConvSchedule, CONV, CONV_CONSTRAINTS)
 
 

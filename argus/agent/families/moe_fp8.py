@@ -1,0 +1,335 @@
+"""The fp8 MoE family: the block-scaled e4m3 expert GEMMs of argus.ops.moe
+(argus/kernels/moe_fp8.py), tuned as the one MoeFp8Schedule both grouped GEMMs share (the
+schedule `moe(..., w13_scale=..., w2_scale=..., schedule=s)` accepts). A task is
+`moe_fp8_task(T, H, I, E, top_k)`: e4m3 weights with 128 x 128 block scales (DeepSeek-V3's
+weight_scale_inv), activations quantized 1x128 on their way into the layout.
+
+Action space (flat parameters, one MoeFp8Schedule): the tile (bm = 64 per consumer warpgroup,
+bn), ring stages, the epilogue (registers, or stmatrix + TMA store), CTA pairs sharing the
+weight tile (cluster_m), the promotion form (the serial early-release loop; `overlap`: two
+partials in turns; `late_release`: the stage released after the promotion's FFMAs; `n_split`
+= 2: each K block's wgmma as two bn / 2 halves, the 128 x 256 tile's register plan) and
+`smem_scales` (the block scales through shared memory beside the operand tiles). bk is fixed
+at 128 e4m3 (one 128-deep scale block a stage); there is no swap-AB decode form and no K split.
+
+Legality is declared, not written as family rules: MoeFp8Schedule's ranges (families/declared.py
+MOE_FP8, over MoeSchedule's and the warp-specialized skeleton's it inherits) read by the generic
+ScheduleFamily; then the class's own refusals (MoeFp8Schedule._problems: the register budget of
+each promotion form, bk = 128, no swap_ab / split_k / pingpong, smem_scales only with the serial
+early-release or split loop and no clusters; code schedule_fields), argus.ops.moe's refusals at
+the task's shapes (H and I multiples of 128, the gate-up's halves inside one 128-row weight-scale
+block: gate_up_fits; code fp8_layer), and the lowering of both grouped GEMMs, whose shared-memory
+plan (the ring, the scale stages, the TMA-store staging) is the compiler's (code smem).
+argus.ops.moe.fp8_schedule_for's tile threshold (128-row tiles from 128 rows an expert on
+average, 64-row below: the fp8 path's "decode" rule, as it has no swap-AB form) is a declared
+warning.
+
+Cost model (an estimate, calibrated): each grouped GEMM by the GEMM cost model
+(cost_model.gemm_estimate at the fp8 tensor rate: a 128-deep e4m3 K step moves the bytes of a
+64-deep bf16 one in half the time) over the padded rows routing produces under uniform routing,
+times a promotion factor per form (serial / overlap / late release / N-split, global or shared
+memory scales, epilogue), plus the permute, quantize and combine as memory-bound glue. The
+factors are calibrated so that the estimate at DeepSeek-V3 T = 16384 (E 256, k 8, H 7168, I 2048)
+is the whole layer as measured on an H100 on 2026-12-06 (docs/perf/moe.md, "fp8 grouped GEMM:
+the N-split and smem scales measured"): split_smem_tma 13.441 ms, split_smem 14.844, split_tma
+16.182, split 16.703, the 128 x 128 (FP8_PREFILL) 19.133, its smem-scale form 23.329; overlap at
+the 128 x 128 by the H200 run of 2026-12-02 (18.896 against 19.324 ms). Forms not measured take
+the nearest measured one's factor times the measured effect of what differs (the TMA store's
+ratio from the split's pair of the same scale path; late release the serial factor: no MoE
+measurement tells them apart). Off the calibration point the structural model (padding, waves,
+stages, tile) moves the estimate; its ordering of unmeasured points is a model's, not a
+measurement's.
+
+Evaluation: `run` calls argus.ops.moe's expert path with the schedule and the weight scales (the
+interpreter on CPU tensors, the compiled kernels on CUDA ones), checked against
+argus.ops.moe.reference_fp8 (float64 with the kernels' quantization).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+from argus.agent import cost_model
+from argus.agent.cost_model import Estimate
+from argus.agent.families.schedule import Part, ScheduleFamily
+from argus.agent.task import TaskSpec
+from argus.errors import Diagnostic
+
+# the parameters: MoeFp8Schedule's fields a tuner chooses (consumers and the register split
+# follow from bm)
+FIELDS = ("bm", "bn", "stages", "epilogue", "cluster_m", "overlap", "late_release", "n_split",
+          "smem_scales")
+
+
+def _fp8_schedule() -> type:
+    from argus.kernels.moe_fp8 import MoeFp8Schedule
+
+    return MoeFp8Schedule
+
+
+def _fields(values: dict[str, Any]) -> dict[str, Any]:
+    """64 rows per consumer warpgroup; one warpgroup takes 240 registers (its producer 40), as
+    argus/kernels/moe_fp8.py FP8_SMALL."""
+    consumers = max(1, values["bm"] // 64)
+    return {**values, "consumers": consumers,
+            **({"consumer_regs": 240, "producer_regs": 40} if consumers == 1 else {})}
+
+
+SCHEDULE = Part(_fp8_schedule, exposed=FIELDS,
+                search=(("bm", (64, 128)), ("bn", (64, 128, 256)),
+                        ("stages", (2, 3, 4, 5, 6, 8)), ("epilogue", ("direct", "tma")),
+                        ("cluster_m", (1, 2)), ("overlap", (False, True)),
+                        ("late_release", (False, True)), ("n_split", (1, 2)),
+                        ("smem_scales", (False, True))),
+                derive=_fields)
+
+
+def schedule_of(task: TaskSpec, params: dict[str, Any]):
+    """The MoeFp8Schedule of a parameter dict (ValueError: the class's reasons)."""
+    return MoeFp8Family().schedules(task, params)[0]
+
+
+def params_of(schedule) -> dict[str, Any]:
+    """The family's parameters of a MoeFp8Schedule."""
+    return {name: getattr(schedule, name) for name in FIELDS}
+
+
+def _big_tile_rows() -> int:
+    """The rows an expert needs on average before fp8_schedule_for takes its 128-row tile."""
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
+
+    return FP8_PREFILL_SPLIT_SMEM_TMA.bm
+
+
+def _rows_per_expert(d: dict[str, int]) -> float:
+    entries = d["T"] * d["top_k"]
+    return entries / max(1, min(d["E"], entries))
+
+
+# --------------------------------------------------------------------------- the calibration
+
+# DeepSeek-V3's MoE layer at T = 16384 and what each measured schedule's whole layer took
+# (H100, 2026-12-06, `scripts/gpu_moe_bench.py --fp8 --tokens 16384`, docs/perf/moe.md)
+CALIBRATION = {"T": 16384, "H": 7168, "I": 2048, "E": 256, "top_k": 8}
+MEASURED_LAYER_MS = {
+    # (promotion, smem_scales, epilogue): (the bench's variant, ms)
+    ("serial", False, "direct"): ("plain128", 19.133),
+    ("serial", True, "direct"): ("smem", 23.329),
+    ("split", False, "direct"): ("split", 16.703),
+    ("split", False, "tma"): ("split_tma", 16.182),
+    ("split", True, "direct"): ("split_smem", 14.844),
+    ("split", True, "tma"): ("split_smem_tma", 13.441),
+}
+# overlapped promotion against the serial 128 x 128 at the same size (H200, 2026-12-02:
+# ours-fp8@overlap 18.896 ms, the default 19.324 ms; docs/perf/moe.md)
+OVERLAP_RATIO = 18.896 / 19.324
+
+
+def _calibration_schedule(key: tuple[str, bool, str]):
+    """The schedule the bench ran for a measured form (scripts/gpu_moe_bench.py fp8_variants)."""
+    from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_PREFILL_SPLIT, FP8_PREFILL_SPLIT_SMEM,
+                                       FP8_PREFILL_SPLIT_SMEM_TMA, FP8_PREFILL_SPLIT_TMA)
+
+    return {("serial", False, "direct"): FP8_PREFILL,
+            ("serial", True, "direct"): dataclasses.replace(FP8_PREFILL, smem_scales=True),
+            ("split", False, "direct"): FP8_PREFILL_SPLIT,
+            ("split", False, "tma"): FP8_PREFILL_SPLIT_TMA,
+            ("split", True, "direct"): FP8_PREFILL_SPLIT_SMEM,
+            ("split", True, "tma"): FP8_PREFILL_SPLIT_SMEM_TMA}[key]
+
+
+def form(s) -> tuple[str, bool, str]:
+    """(promotion, smem_scales, epilogue) of a schedule: the key of its promotion factor."""
+    promotion = "split" if s.n_split == 2 else "overlap" if s.overlap else \
+        "late" if s.late_release else "serial"
+    return promotion, bool(s.smem_scales), s.epilogue
+
+
+def _structural(d: dict[str, int], s) -> tuple[float, float, int, str]:
+    """(gate-up ms, down ms, padded rows, bound) of the GEMM cost model for schedule s: the
+    fp8 rate as a bf16 GEMM of half the depth (a 128-deep e4m3 step is a 64-deep bf16 step's
+    bytes, in half its tensor time), no spill (the class's register budget refuses those)."""
+    hw = cost_model.H200
+    T, H, I, E, k = d["T"], d["H"], d["I"], d["E"], d["top_k"]
+    entries = T * k
+    touched = E * (1 - (1 - k / E) ** T)       # expected experts with a token (uniform)
+    pad = s.pad
+    rows = int(sum(math.ceil(entries / touched / pad) * pad for _ in range(round(touched))))
+    p = {"bm": s.bm, "bn": s.bn, "bk": 64, "stages": s.stages, "consumers": s.consumers,
+         "persistent": True, "num_sms": hw.sms, "group_m": s.group_m,
+         "cluster_m": s.cluster_m, "epilogue": s.epilogue, "consumer_regs": s.consumer_regs}
+    gate_up = cost_model.gemm_estimate(rows, 2 * I, max(1, H // 2), p, spills=False)
+    down = cost_model.gemm_estimate(rows, H, max(1, I // 2), p, spills=False)
+    return gate_up.ms, down.ms, rows, gate_up.bound
+
+
+def _glue_ms(d: dict[str, int]) -> float:
+    """The layer's memory-bound rest: x read and quantized into the layout (e4m3), h read and
+    quantized, y read and combined into the bf16 output; the routing's and these kernels'
+    launches. (The kernels' quantization reads and writes; the GEMMs' own reads and writes are
+    in the GEMM model.)"""
+    hw = cost_model.H200
+    T, H, I, k = d["T"], d["H"], d["I"], d["top_k"]
+    entries = T * k
+    moved = T * H * 2 + entries * H + entries * I * 3 + entries * H * 2 + T * H * 2
+    return (moved / (cost_model.COPY_EFFICIENCY * hw.hbm_bytes_s) + 8 * hw.launch_s) * 1e3
+
+
+@functools.cache
+def promotion_factors() -> dict[tuple[str, bool, str], float]:
+    """Each measured form's factor: its measured layer time less the modelled glue, over the
+    structural GEMM estimate of the schedule the bench ran (so the estimate at the calibration
+    point is the measurement)."""
+    glue = _glue_ms(CALIBRATION)
+    out = {}
+    for key, (_, ms) in MEASURED_LAYER_MS.items():
+        g, dn, _, _ = _structural(CALIBRATION, _calibration_schedule(key))
+        out[key] = (ms - glue) / (g + dn)
+    return out
+
+
+def promotion_factor(key: tuple[str, bool, str]) -> tuple[float, str]:
+    """(factor, where it comes from) of a form: measured, or the nearest measured form's times
+    the measured effect of what differs."""
+    f = promotion_factors()
+    if key in f:
+        return f[key], "measured"
+    promotion, smem, epilogue = key
+    # the TMA store's effect as measured on the split of the same scale path
+    tma = f[("split", smem, "tma")] / f[("split", smem, "direct")]
+    base_key = ("serial", smem, "direct")
+    base = f[base_key] * (tma if epilogue == "tma" else 1.0)
+    if promotion == "overlap":
+        return base * OVERLAP_RATIO, "serial x measured overlap ratio"
+    if promotion == "late":
+        return base, "serial's (late release not measured apart)"
+    return base, "serial x measured TMA-store ratio"
+
+
+class MoeFp8Family(ScheduleFamily):
+    name = "moe_fp8"
+    parts = (SCHEDULE,)
+
+    # -- the schedule space -------------------------------------------------------------------
+    def facts(self, task: TaskSpec) -> dict[str, Any]:
+        """The shapes, the bf16 outputs (the TMA-store epilogue's rule), the rows an expert
+        gets on average and the tile threshold of fp8_schedule_for."""
+        return {**task.dims, "out_bits": 16, "rows_per_expert": _rows_per_expert(task.dims),
+                "big_tile_rows": _big_tile_rows()}
+
+    def default_params(self, task: TaskSpec) -> dict[str, Any]:
+        """argus.ops.moe.fp8_schedule_for's choice for these shapes."""
+        from argus.ops.moe import fp8_schedule_for
+
+        d = task.dims
+        return params_of(fp8_schedule_for(d["T"], d["top_k"], d["E"]))
+
+    def naive_params(self, task: TaskSpec) -> dict[str, Any]:
+        return {"bm": 64, "bn": 64, "stages": 2, "epilogue": "direct", "cluster_m": 1,
+                "overlap": False, "late_release": False, "n_split": 1, "smem_scales": False}
+
+    def build(self, task: TaskSpec, params: dict[str, Any]):
+        """Both block-scaled grouped GEMMs with the schedule (the shared-memory-scale kernels
+        with smem_scales)."""
+        from argus.kernels.moe_fp8 import grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel
+
+        s = schedule_of(task, params)
+        kernel = grouped_gemm_fp8_smem_kernel if s.smem_scales else grouped_gemm_fp8_kernel
+        return [(kernel(True), {"s": s}), (kernel(False), {"s": s})]
+
+    def resource_check(self, task: TaskSpec, params: dict[str, Any]) -> list[Diagnostic]:
+        """argus.ops.moe's own refusals at the task's shapes (its weight-scale check on meta
+        tensors of the task's shapes: H and I multiples of 128; its layer: the gate-up's halves
+        inside one weight-scale block), then the lowering's (shared memory)."""
+        import importlib
+
+        import torch
+
+        from argus.errors import LaunchError
+
+        moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe is also the op)
+
+        d = task.dims
+        T, H, I, E, k = d["T"], d["H"], d["I"], d["E"], d["top_k"]
+        s = schedule_of(task, params)
+        meta = functools.partial(torch.empty, device="meta")
+        try:
+            moe_ops._check_scales(meta(T, H, dtype=torch.bfloat16),
+                                  meta(E, 2 * I, H, dtype=torch.float8_e4m3fn),
+                                  meta(E, H, I, dtype=torch.float8_e4m3fn),
+                                  meta(E, max(1, 2 * I // 128), max(1, H // 128)),
+                                  meta(E, max(1, H // 128), max(1, I // 128)))
+            moe_ops._layer(T, H, I, E, k, s, True)
+        except LaunchError as exc:
+            return [Diagnostic("error", "fp8_layer", str(exc).split("\n")[0], kernel=task.name,
+                               counterexample=dict(sorted(params.items())),
+                               fix=(exc.fix or "change the schedule") + " (rule: "
+                                   "argus/ops/moe.py _check_scales / _layer)")]
+        return super().resource_check(task, params)
+
+    # -- cost ------------------------------------------------------------------------------------
+    def estimate(self, task: TaskSpec, params: dict[str, Any],
+                 resources: dict[str, Any] | None = None) -> Estimate | None:
+        try:
+            s = schedule_of(task, params)
+        except ValueError:
+            return None
+        d = task.dims
+        gate_up, down, rows, bound = _structural(d, s)
+        factor, source = promotion_factor(form(s))
+        glue = _glue_ms(d)
+        total = (gate_up + down) * factor + glue
+        flops = 2.0 * d["T"] * d["top_k"] * 3 * d["H"] * d["I"]
+        return Estimate(total, bound,
+                        {"padded_rows": rows, "gate_up_ms": gate_up * factor,
+                         "down_ms": down * factor, "glue_ms": glue, "form": "/".join(
+                             map(str, form(s))), "promotion_factor": factor,
+                         "factor_source": source, "tflops": flops / (total * 1e-3) / 1e12})
+
+    def baseline_estimates(self, task: TaskSpec) -> dict[str, Estimate]:
+        """torch._grouped_mm in bf16 on the dequantized weights at its rate measured beside the
+        calibration run (309 TFLOP/s, DeepSeek-V3 T = 16384, H100: docs/perf/moe.md)."""
+        d = task.dims
+        flops = 2.0 * d["T"] * d["top_k"] * 3 * d["H"] * d["I"]
+        return {"torch._grouped_mm (bf16)": Estimate(flops / 309e12 * 1e3, "compute", {})}
+
+    # -- rendering and running -------------------------------------------------------------------
+    def render_kernel(self, task: TaskSpec, params: dict[str, Any]) -> str:
+        """The gate-up grouped GEMM (the layer's first expert kernel) with this schedule."""
+        s = schedule_of(task, params)
+        kernel = "grouped_gemm_fp8_smem_kernel" if s.smem_scales else "grouped_gemm_fp8_kernel"
+        return ('"""fp8 MoE expert GEMMs chosen by `argus optimize`: argus/kernels/moe_fp8.py '
+                'with the schedule\nthat argus.ops.moe(..., w13_scale=..., w2_scale=..., '
+                'schedule=SCHEDULE) runs."""\n\n'
+                f"from argus.kernels.moe_fp8 import MoeFp8Schedule, {kernel}\n\n"
+                f"SCHEDULE = {s!r}\n"
+                f"KERNEL = {kernel}(True)\n"
+                'CONSTEXPRS = {"s": SCHEDULE}\n')
+
+    def run(self, task: TaskSpec, params: dict[str, Any], x, w13, w2, w13_scale, w2_scale,
+            topk_ids, topk_weights):
+        """The layer's expert half with this schedule: argus.ops.moe.experts with the weight
+        scales (interpreted for CPU tensors, compiled for CUDA ones)."""
+        import importlib
+
+        moe_ops = importlib.import_module("argus.ops.moe")
+        d = task.dims
+        layer = moe_ops.Layer(d["T"], d["H"], d["I"], d["E"], d["top_k"],
+                              schedule_of(task, params))
+        return moe_ops.experts(x, w13, w2, topk_ids, topk_weights, layer,
+                               interpret=not x.is_cuda, scales=(w13_scale, w2_scale))
+
+
+def moe_fp8_task(T: int, H: int, I: int, E: int, top_k: int, name: str = "moe_fp8"
+                 ) -> TaskSpec:
+    """A TaskSpec of one MoE layer's shapes with e4m3 block-scaled weights (the library's op)."""
+    return TaskSpec(family="moe_fp8", name=name, origin="argus", path="argus.ops.moe",
+                    shape=(("E", E), ("H", H), ("I", I), ("T", T), ("top_k", top_k)),
+                    dtype="e4m3", compute="e4m3",
+                    metrics=(("flops", 2.0 * T * top_k * 3 * H * I),))
+
+
+__all__ = ["MoeFp8Family", "moe_fp8_task", "schedule_of"]
