@@ -177,3 +177,26 @@ def test_legal_samples_render_and_lower(tmp_path):
     from tests.agent.test_schedule_family import _legal_samples_render_and_lower
 
     _legal_samples_render_and_lower(FAMILY, DSV3, tmp_path, seed=5, prefix="moe_fp8_", count=4)
+
+
+def test_the_cards_apply_where_fp8_schedule_for_takes_their_tiles():
+    """The promotion card (the split 128 x 256 and its scale paths) applies from 128 rows an
+    expert on average, fp8_schedule_for's threshold; the tile card everywhere."""
+    from argus.agent.knowledge import load_cards
+
+    cards = {c.id: c for c in load_cards() if "moe_fp8" in c.families}
+    promotion, tile = cards["moe_fp8.promotion"], cards["moe_fp8.tile"]
+    assert promotion.applies(DSV3.features()) and not promotion.applies(SMALL.features())
+    assert tile.applies(DSV3.features()) and tile.applies(SMALL.features())
+    edge = moe_fp8_task(32, 7168, 2048, 256, 8)        # 256 entries on 256 experts: 1 row each
+    assert not promotion.applies(edge.features())
+
+
+def test_shared_memory_comes_from_lowering_both_grouped_gemms():
+    """The compiler's plan of both kernels: the start's 3 stages of 48 KB, the scale stages and
+    one half's TMA-store staging fit; 4 stages do not (the refusal names the gate-up kernel)."""
+    res = FAMILY.resources(DSV3, FAMILY.default_params(DSV3))
+    assert [k["smem"] for k in res["kernels"]] and len(res["kernels"]) == 2
+    assert 3 * 48 * 1024 < res["smem"] <= 232448
+    found = errors(DSV3, {**FAMILY.default_params(DSV3), "stages": 4})
+    assert found[0].code == "smem" and "moe_fp8_gate_up_smem" in found[0].message
