@@ -32,6 +32,7 @@ group per tile row, and each group's amax is a row reduction of the tile.
 
 import dataclasses
 import functools
+import inspect
 from dataclasses import dataclass, field, fields
 
 import argus as ag
@@ -203,6 +204,15 @@ class MoeFp8Schedule(MoeSchedule):
     # consumers read them there (`grouped_gemm_fp8_smem_kernel`). Serial early-release or
     # n_split=2 promotion, no clusters. Out of repr when False
     smem_scales: bool = field(default=False, repr=False)
+    # the gate-up quantizes its own output (`quantize_out`, opt-in): with n_split = 2 and
+    # bn = 256 a unit's h tile is exactly 128 columns, one 1x128 scale group of the down's
+    # activation scales, so the epilogue rounds silu(gate) * up to bf16, takes each row's
+    # amax over its 128 columns (a row reduction of the accumulator) and writes h in e4m3
+    # plus the scale column (quantize_1x128's formula, bit for bit): no bf16 h, no separate
+    # quantize_1x128 launch (argus.ops.moe). The gate-up kernel only (the down ignores it);
+    # the e4m3 tile is stored from registers whatever `epilogue` says (the TMA-store staging
+    # is stmatrix / store_shared, 16-bit tiles only). Out of repr when False
+    quantize_out: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
         """The dataclass repr, with `n_split=2` and `smem_scales=True` last when set (left out
@@ -212,6 +222,8 @@ class MoeFp8Schedule(MoeSchedule):
             shown.append(f"n_split={self.n_split}")
         if self.smem_scales:
             shown.append("smem_scales=True")
+        if self.quantize_out:
+            shown.append("quantize_out=True")
         return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
@@ -247,6 +259,10 @@ class MoeFp8Schedule(MoeSchedule):
             problems.append("smem_scales reads a stage's scales in the serial promotion's "
                             "step (early release or n_split=2): none of overlap, "
                             "late_release, and no clusters (cluster_m=cluster_n=1)")
+        if self.quantize_out and (self.n_split != 2 or self.bn != 256):
+            problems.append(f"quantize_out quantizes the gate-up's unit tile as one 1x128 "
+                            f"scale group: it needs n_split=2 and bn=256 (128 columns of h a "
+                            f"unit), got n_split={self.n_split}, bn={self.bn}")
         return problems
 
     def _split_problems(self) -> list[str]:
@@ -390,23 +406,64 @@ def _promotion(s: MoeFp8Schedule):
     return promoted_mma if s.late_release else early_release_promoted_mma
 
 
+def _check_quantize(s: MoeFp8Schedule, gated: bool, quantize: bool) -> None:
+    """The fused-quantize kernels (quantize=True) and quantize_out agree, on the gate-up."""
+    if quantize and not gated:
+        raise ag.TraceError("the quantizing epilogue is the gate-up's (its h feeds the down)")
+    if gated and quantize != s.quantize_out:   # the down ignores quantize_out
+        raise ag.TraceError(
+            f"this kernel {'writes h in e4m3 plus its 1x128 scales' if quantize else 'writes h in bf16'}"
+            f": the schedule has quantize_out={s.quantize_out}",
+            fix=f"build it with quantize={s.quantize_out}")
+
+
+def _variant(body, name: str, params: dict, quantize: bool, k_major: bool,
+             default: MoeFp8Schedule):
+    """The kernel function of a grouped fp8 GEMM body(A, W, scales of A, ScaleW, TileExpert,
+    Tiles, C, ScaleC, s), its parameters `params` (name: annotation) then C bf16
+    (quantize=False, ScaleC None), or C e4m3 plus ScaleC, h's 1x128 scales (MN-major
+    [KBC, MSC], or K-major [MSC, KBC]: the layout the down's schedule reads, k_major),
+    written by the gate-up's quantizing epilogue."""
+    P = inspect.Parameter
+    out = dict(params, C=ag.Tensor["M", "NC", ag.e4m3 if quantize else ag.bf16])
+    if quantize:
+        out["ScaleC"] = ag.Tensor["MSC", "KBC", ag.f32] if k_major else \
+            ag.Tensor["KBC", "MSC", ag.f32]
+    names = list(params) + ["C"]
+
+    def fn(**kw):
+        body(*(kw[p] for p in names), kw.get("ScaleC"), kw["s"])
+
+    fn.__signature__ = inspect.Signature(
+        [P(p, P.POSITIONAL_OR_KEYWORD, annotation=a) for p, a in out.items()]
+        + [P("s", P.POSITIONAL_OR_KEYWORD, default=default, annotation=MoeFp8Schedule)])
+    fn.__annotations__ = {**out, "s": MoeFp8Schedule}
+    fn.__name__ = fn.__qualname__ = body.__name__
+    fn.__module__ = body.__module__
+    # the scales of the units routing counted only, as C (quantize_1x128 writes every row's)
+    return ag.kernel(fn, name=name + (("_qk" if k_major else "_q") if quantize else ""),
+                     partial_outputs=("C", "ScaleC") if quantize else ("C",))
+
+
 @functools.lru_cache(maxsize=None)
-def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
+def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False,
+                            k_major: bool = False) -> ag.KernelFunction:
     """The block-scaled fp8 grouped GEMM over the contiguous layout (see above): gate-up
     (gated: h = silu(gate) * up, bf16) or down (y, bf16), with A [M, K] e4m3 and its
     MN-major 1x128 scales, W e4m3 ([E, 2, I, H] gated, else [E, N, K]) and its 128x128 block
-    scales, tile_expert / tiles from routing."""
+    scales, tile_expert / tiles from routing. quantize (the gate-up with
+    MoeFp8Schedule.quantize_out): h in e4m3 and ScaleC, its 1x128 scales (K-major when
+    k_major: the smem-scale down's layout), after C (`_quantize_unit`)."""
     w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
     s_dims = ("E", 2, "NB", "KB") if gated else ("E", "NB", "KB")
+    annotations = dict(A=ag.Tensor["M", "K", ag.e4m3], W=ag.Tensor[(*w_dims, ag.e4m3)],
+                       ScaleAT=ag.Tensor["KB", "MS", ag.f32],
+                       ScaleW=ag.Tensor[(*s_dims, ag.f32)],
+                       TileExpert=ag.Tensor["MT", 1, ag.i32], Tiles=ag.Tensor[1, 1, ag.i32])
 
-    def moe_fp8_grouped_gemm(A: ag.Tensor["M", "K", ag.e4m3],
-                             W: ag.Tensor[(*w_dims, ag.e4m3)],
-                             ScaleAT: ag.Tensor["KB", "MS", ag.f32],
-                             ScaleW: ag.Tensor[(*s_dims, ag.f32)],
-                             TileExpert: ag.Tensor["MT", 1, ag.i32],
-                             Tiles: ag.Tensor[1, 1, ag.i32],
-                             C: ag.Tensor["M", "NC", ag.bf16],
-                             s: MoeFp8Schedule = FP8_PREFILL):
+    def moe_fp8_grouped_gemm(A, W, ScaleAT, ScaleW, TileExpert, Tiles, C, ScaleC,
+                             s: MoeFp8Schedule):
+        _check_quantize(s, gated, quantize)
         _tag_layout(A, W, TileExpert, s.pad, gated)
         if gated and not s.gate_up_fits:
             raise ag.TraceError(f"the gate-up's B tile is bn/2 = {s.bn // 2} gate rows on top "
@@ -428,7 +485,8 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
         # n_split = 2 stores the down's halves one after the other (each bn / 2 wide)
         staged = width if gated or s.n_split == 1 else s.piece
         staging = Staging.alloc(s.consumers, rows, staged, ag.bf16,
-                                min(s.store_cols, staged)) if s.epilogue == "tma" else None
+                                min(s.store_cols, staged)) \
+            if s.epilogue == "tma" and not quantize else None
         m_units = ag.load_scalar(Tiles, (0, 0))
 
         def units():
@@ -446,7 +504,9 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
                 scales = GroupedBlockScales(ScaleAT, ScaleW, expert, row0, n * width, rows,
                                             s.bn, gated)
                 acc = _promotion(s)(ring, k_steps, wg, scales)
-                if s.n_split == 2:
+                if quantize:
+                    _quantize_unit(C, ScaleC, k_major, s, n, row0, acc)
+                elif s.n_split == 2:
                     _store_split_unit(C, s, m, n, row0, wg, acc, staging, gated)
                 else:
                     store_unit(C, s, m, n, row0, wg, acc, staging, gated)
@@ -454,11 +514,12 @@ def grouped_gemm_fp8_kernel(gated: bool) -> ag.KernelFunction:
     name = "moe_fp8_gate_up" if gated else "moe_fp8_down"
     # (n_split = 2 traces under the same name: the schedule keys the trace)
     # as the bf16 grouped GEMM: C is written for the units routing counted only
-    return ag.kernel(moe_fp8_grouped_gemm, name=name, partial_outputs=("C",))
+    return _variant(moe_fp8_grouped_gemm, name, annotations, quantize, k_major, FP8_PREFILL)
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_gemm_fp8_smem_kernel(gated: bool) -> ag.KernelFunction:
+def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False,
+                                 k_major: bool = True) -> ag.KernelFunction:
     """`grouped_gemm_fp8_kernel` with the block scales through shared memory
     (MoeFp8Schedule(smem_scales=True); gemm_fp8.SharedBlockScales): ScaleA [MS, KBP] the
     activation scales K-major (KBP >= K/128 a multiple of 4: 16-byte row pitches; the
@@ -466,18 +527,18 @@ def grouped_gemm_fp8_smem_kernel(gated: bool) -> ag.KernelFunction:
     as well (16-byte pitched rows: the op pads them). Each stage's boxes start at the aligned
     block 4j of its K block 4j + i (SharedBlockScales: an unaligned innermost TMA coordinate
     traps on Hopper); the gate-up's weight box is its two planes' blocks of the unit's rows,
-    the down's the one or two 128-column blocks its tile covers."""
+    the down's the one or two 128-column blocks its tile covers. quantize: h in e4m3 plus
+    ScaleC (`grouped_gemm_fp8_kernel`'s; K-major by default, the smem-scale down's layout)."""
     w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
     s_dims = ("E", 2, "NB", "KBW") if gated else ("E", "NB", "KBW")
+    annotations = dict(A=ag.Tensor["M", "K", ag.e4m3], W=ag.Tensor[(*w_dims, ag.e4m3)],
+                       ScaleA=ag.Tensor["MS", "KBP", ag.f32],
+                       ScaleW=ag.Tensor[(*s_dims, ag.f32)],
+                       TileExpert=ag.Tensor["MT", 1, ag.i32], Tiles=ag.Tensor[1, 1, ag.i32])
 
-    def moe_fp8_grouped_gemm_smem(A: ag.Tensor["M", "K", ag.e4m3],
-                                  W: ag.Tensor[(*w_dims, ag.e4m3)],
-                                  ScaleA: ag.Tensor["MS", "KBP", ag.f32],
-                                  ScaleW: ag.Tensor[(*s_dims, ag.f32)],
-                                  TileExpert: ag.Tensor["MT", 1, ag.i32],
-                                  Tiles: ag.Tensor[1, 1, ag.i32],
-                                  C: ag.Tensor["M", "NC", ag.bf16],
-                                  s: MoeFp8Schedule = FP8_PREFILL_SPLIT_SMEM):
+    def moe_fp8_grouped_gemm_smem(A, W, ScaleA, ScaleW, TileExpert, Tiles, C, ScaleC,
+                                  s: MoeFp8Schedule):
+        _check_quantize(s, gated, quantize)
         _tag_layout(A, W, TileExpert, s.pad, gated)
         if not s.smem_scales:
             raise ag.TraceError("this kernel reads the block scales from shared memory: it "
@@ -502,7 +563,8 @@ def grouped_gemm_fp8_smem_kernel(gated: bool) -> ag.KernelFunction:
         rows = s.bm // s.consumers
         staged = width if gated or s.n_split == 1 else s.piece
         staging = Staging.alloc(s.consumers, rows, staged, ag.bf16,
-                                min(s.store_cols, staged)) if s.epilogue == "tma" else None
+                                min(s.store_cols, staged)) \
+            if s.epilogue == "tma" and not quantize else None
         m_units = ag.load_scalar(Tiles, (0, 0))
 
         def units():
@@ -533,13 +595,42 @@ def grouped_gemm_fp8_smem_kernel(gated: bool) -> ag.KernelFunction:
                     scales.for_unit(n * s.bn)
                 if s.n_split == 2:
                     acc = split_promoted_mma(ring, k_steps, wg, unit)
-                    _store_split_unit(C, s, m, n, row0, wg, acc, staging, gated)
+                    if quantize:
+                        _quantize_unit(C, ScaleC, k_major, s, n, row0, acc)
+                    else:
+                        _store_split_unit(C, s, m, n, row0, wg, acc, staging, gated)
                 else:
                     acc = early_release_promoted_mma(ring, k_steps, wg, unit)
                     store_unit(C, s, m, n, row0, wg, acc, staging, gated)
 
     name = "moe_fp8_gate_up_smem" if gated else "moe_fp8_down_smem"
-    return ag.kernel(moe_fp8_grouped_gemm_smem, name=name, partial_outputs=("C",))
+    return _variant(moe_fp8_grouped_gemm_smem, name, annotations, quantize, k_major,
+                    FP8_PREFILL_SPLIT_SMEM)
+
+
+def _quantize_unit(Hq, ScaleC, k_major: bool, s: MoeFp8Schedule, n, row0, acc) -> None:
+    """The gate-up's quantizing epilogue (MoeFp8Schedule.quantize_out: n_split = 2, bn = 256):
+    the unit's h tile, silu(gate) * up over its 128 columns (one 1x128 scale group, group n
+    of h's), rounded to bf16 as the unfused path stores it, then quantize_1x128's formula on
+    those values (`_quantize_groups`, the module docstring): per row amax over the 128
+    columns (a row reduction of the accumulator, the attention kernel's row max), e4m3 of
+    h * (448 / amax), the scale amax / 448 into column n of ScaleC (K-major [rows, groups]:
+    a [rows, 1] column; MN-major [groups, rows]: the same column stored transposed, one
+    contiguous run of the warpgroup's rows). Stored from registers (8-bit tiles have no
+    stmatrix staging)."""
+    h = silu_mul(acc[0], acc[1], s.fast_silu, s.rsqrt_silu).to(ag.bf16).to(ag.f32)
+    # elements past h's end (rows past M, columns past I: neither occurs, M a multiple of bm
+    # and I of 128, but the tile's loads are masked) take -inf, the max's identity, as
+    # _quantize_groups' overhang: they are never stored and no stored row's amax sees them
+    rows = acc[0].shape[0]
+    real = (row0 + ag.arange(rows) < Hq.shape[0])[:, None] & \
+        (n * GROUP + ag.arange(GROUP) < Hq.shape[1])[None, :]
+    amax = ag.maximum(ag.where(real, ag.abs_(h), float("-inf")).max(axis=1), AMAX_FLOOR)
+    ag.store(Hq, (row0, n * GROUP), (h * (E4M3_MAX / amax)).to(ag.e4m3))
+    if k_major:
+        ag.store(ScaleC, (row0, n), amax / E4M3_MAX)
+    else:
+        ag.store(ScaleC, (n, row0), amax / E4M3_MAX, transposed=True)
 
 
 def _store_split_unit(C, s: MoeFp8Schedule, m, n, row0, wg, acc, staging: Staging | None,

@@ -518,6 +518,9 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
             ws["hs"] = torch.empty(M, _pad4(layer.inter // GROUP), 1, **f32)
         nbytes = M * (layer.hidden * 3 + layer.inter * 3) + 4 * M * (
             layer.hidden + layer.inter) // GROUP
+        if layer.schedule.quantize_out:   # the gate-up writes hq itself: no bf16 h
+            del ws["h"]
+            nbytes -= M * layer.inter * 2
     else:
         ws["xp"] = fill((M, layer.hidden), float("nan"), **bf)
     # the decode GEMMs' fp32 partial sums per K slice (split_k > 1)
@@ -674,7 +677,9 @@ def _fp8_gemms(x, w13, w2, scales, layer: Layer, run, ws: dict) -> None:
     """The fp8 expert GEMMs into ws["y"]: x quantized (1x128) on its way into the padded
     layout, the block-scaled gate-up into h (bf16, silu(gate) * up from fp32), h quantized
     (1x128), the block-scaled down into y. Padding rows are computed like any row and never
-    read (their scales are never written either: NaN in the interpreter)."""
+    read (their scales are never written either: NaN in the interpreter). With the gate-up's
+    MoeFp8Schedule.quantize_out the gate-up's epilogue quantizes h itself (hq and hs, the
+    same bits), so there is no bf16 h and no quantize_1x128 launch."""
     E, H, inter = layer.experts, layer.hidden, layer.inter
     w13_scale, w2_scale = scales
     s13 = _block_scales(w13_scale, E, 2 * inter, H).view(E, 2, inter // GROUP, H // GROUP)
@@ -684,14 +689,19 @@ def _fp8_gemms(x, w13, w2, scales, layer: Layer, run, ws: dict) -> None:
     run(permute_quantize_kernel(layer.top_k, k_major=up),
         x.view(layer.tokens, H // GROUP, GROUP), ws["pos"], ws["xq"].view(M, H // GROUP, GROUP),
         ws["xs"])
+    # quantize_out: the gate-up's epilogue writes h in e4m3 and its 1x128 scales itself (in
+    # the down's layout), no bf16 h and no quantize_1x128 launch
+    fused = layer.schedule.quantize_out
+    outs = (ws["hq"], ws["hs"].view(M, -1) if down else ws["hs"]) if fused else (ws["h"],)
     if up:   # K-major activation scales, weight scales 16-byte pitched (smem_scales)
-        run(grouped_gemm_fp8_smem_kernel(True), ws["xq"], w13.view(E, 2, inter, H),
-            ws["xs"].view(M, -1), _pitched(s13), tile_expert, tiles, ws["h"], s=layer.schedule)
+        run(grouped_gemm_fp8_smem_kernel(True, fused, down), ws["xq"], w13.view(E, 2, inter, H),
+            ws["xs"].view(M, -1), _pitched(s13), tile_expert, tiles, *outs, s=layer.schedule)
     else:
-        run(grouped_gemm_fp8_kernel(True), ws["xq"], w13.view(E, 2, inter, H), ws["xs"], s13,
-            tile_expert, tiles, ws["h"], s=layer.schedule)
-    run(quantize_1x128_kernel(ag.bf16, k_major=down), ws["h"].view(M, inter // GROUP, GROUP),
-        ws["hq"].view(M, inter // GROUP, GROUP), ws["hs"])
+        run(grouped_gemm_fp8_kernel(True, fused, down), ws["xq"], w13.view(E, 2, inter, H),
+            ws["xs"], s13, tile_expert, tiles, *outs, s=layer.schedule)
+    if not fused:
+        run(quantize_1x128_kernel(ag.bf16, k_major=down), ws["h"].view(M, inter // GROUP, GROUP),
+            ws["hq"].view(M, inter // GROUP, GROUP), ws["hs"])
     if down:
         run(grouped_gemm_fp8_smem_kernel(False), ws["hq"], w2, ws["hs"].view(M, -1),
             _pitched(s2), tile_expert, tiles, ws["y"], s=layer.down)

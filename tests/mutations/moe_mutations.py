@@ -19,7 +19,11 @@ only read:
     first half's columns (store.coords: its elements are columns 128.., and store.once);
   * its block scales through shared memory (FP8_PREFILL_SPLIT_SMEM): the activation-scale
     box started at the K block k instead of the aligned 4j of k = 4j + i, the copy that
-    trapped on the H200 (tma.inner-align).
+    trapped on the H200 (tma.inner-align);
+  * the gate-up quantizing its own output (MoeFp8Schedule.quantize_out, `_quantize_unit`):
+    each warpgroup's row scales stored at the unit's first row instead of its own (m * bm,
+    not m * bm + wg * 64): both warpgroups write the same 64 scales, the second half's rows
+    get none (store.once).
 """
 
 import argus as ag
@@ -159,6 +163,26 @@ def fp8_smem_scale_box_at_k():
                    lambda op: op.replace(coords=(*op.coords[:-1], div.lhs)), nth=3)
 
 
+def fp8_fused_quantize_scale_row():
+    """The fp8 gate-up with its quantizing epilogue (FP8_PREFILL_SPLIT_SMEM_TMA with
+    quantize_out, K-major scales) lowered, its scale store (the last Store: h's e4m3 tile,
+    then ScaleC) at row m * bm, the unit's first, instead of row0 = m * bm + wg * rows."""
+    from dataclasses import replace
+
+    from argus.compiler import lower_only
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA, grouped_gemm_fp8_smem_kernel
+
+    kernel = lower_only(grouped_gemm_fp8_smem_kernel(True, True, True),
+                        s=replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True))
+    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    stores = [op for op in kernel.walk() if isinstance(op, O.Store)]
+    assert len(stores) == 2 and stores[1].tensor.hint == "ScaleC", stores
+    row0 = defs[stores[1].offsets[0].id]                  # m * bm + wg * rows
+    assert isinstance(row0, O.Arith) and row0.fn == "add", row0
+    return rewrite(kernel, O.Store,
+                   lambda op: op.replace(offsets=(row0.lhs, *op.offsets[1:])), nth=1)
+
+
 def _traced(factory, bug):
     return lambda: factory(bug).trace()
 
@@ -202,6 +226,10 @@ MOE_CORPUS: list[Mutation] = [
              ("tma.inner-align",), ("inner_coordinate", "byte_offset"), ("ScaleA",), None,
              "fp8 smem scales: the activation-scale box starts at block k, 4 k bytes into a "
              "row (traps on Hopper unless k % 4 == 0)"),
+    Mutation("moe/fp8_fused_quantize_scale_row", "moe", 22, fp8_fused_quantize_scale_row,
+             ("store.once",), ("output",), ("ScaleC",), None,
+             "fp8 gate-up quantize_out: each warpgroup's row scales stored at the unit's "
+             "first row (both warpgroups write the same 64 scales)"),
 ]
 
 MOE_CLEAN = [
