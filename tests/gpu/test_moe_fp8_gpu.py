@@ -169,7 +169,8 @@ def test_moe_fp8_matches_float64(T, E, k, H, I, form):
 
 @pytest.mark.parametrize("variant", ["default", "overlap", "cluster_tma", "small",
                                      "late_release", "fast_rsqrt_silu", "split", "split_tma",
-                                     "split_smem", "split_smem_tma", "smem"])
+                                     "split_smem", "split_smem_tma", "smem",
+                                     "split_smem_tma_fusedq", "split_smem_fusedq4"])
 def test_moe_fp8_schedules_on_the_card(variant, monkeypatch):
     """Every fp8 schedule the bench times, on one layer, against float64 (overlapped
     promotion compiles without the verifier: its wgmma.k-once is not proven yet)."""
@@ -192,7 +193,12 @@ def test_moe_fp8_schedules_on_the_card(variant, monkeypatch):
                 "small": FP8_SMALL,
                 "late_release": replace(FP8_PREFILL, late_release=True),
                 "fast_rsqrt_silu": replace(FP8_PREFILL, fast_silu=True,
-                                           rsqrt_silu=True)}[variant]
+                                           rsqrt_silu=True),
+                # the gate-up quantizing its own output (quantize_out): scripts/gpu_moe_bench.py
+                "split_smem_tma_fusedq": replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True),
+                "split_smem_fusedq4": (replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True,
+                                               stages=4), FP8_PREFILL_SPLIT_SMEM_TMA),
+                }[variant]
     T, E, k, H, I = 1500, 16, 4, 1024, 768
     x, logits, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=3)
     g = torch.Generator(device="cuda").manual_seed(4)
@@ -205,3 +211,24 @@ def test_moe_fp8_schedules_on_the_card(variant, monkeypatch):
     ref = reference_fp8(x, w13, w2, s13, s2, ids, w)
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert err < 1e-2, err
+
+
+def test_moe_fp8_fused_quantize_is_bit_identical_on_the_card():
+    """quantize_out (the gate-up writing h in e4m3 plus its 1x128 scales) gives the layer the
+    unfused default computes (bf16 h, then quantize_1x128), bit for bit, as in the
+    interpreter (tests/moe/test_moe_fp8_fused_quantize.py)."""
+    from dataclasses import replace
+
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
+    from argus.ops import moe
+
+    T, E, k, H, I = 1500, 16, 4, 1024, 768
+    x, logits, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=3)
+    g = torch.Generator(device="cuda").manual_seed(4)
+    ids = torch.rand(T, E, generator=g, device="cuda").topk(k, dim=1).indices
+    w = torch.rand(T, k, generator=g, device="cuda")
+    outs = [moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, w13_scale=s13,
+                w2_scale=s2, schedule=s)
+            for s in (FP8_PREFILL_SPLIT_SMEM_TMA,
+                      replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True))]
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
