@@ -200,7 +200,7 @@ def test_repeated_call_host_path_is_small(case, monkeypatch):
     fake.decode = False
     per_call, calls, _ = host_profile(case, 100)
     # (host_profile's own tensors took a second entry and plans of their own)
-    args = conv_op._REPEATS[(id(x), id(w), id(b))].args
+    args, _ = conv_op._REPEATS[(id(x), id(w), id(b))].args      # (the args, their types)
     gather = next(iter(conv_op._im2col_compiled().plans.values()))
     gemm = next(iter(conv_op.pointwise_gemm()[1].plans.values()))
 
