@@ -2273,11 +2273,17 @@ _REPEATS: dict = {}
 
 
 def _exact(args: tuple) -> tuple:
-    """A call's arguments with their types, for `_Repeat`'s comparison: 2.0 == 2, (2.0, 2.0) ==
-    (2, 2) and True == 1 in Python, and a hit skips the checks that refuse a float stride or a
-    bool groups, so equal values of other types must not match (`_TRANSPOSE_FORMS` keys on plain
-    ints for the same reason)."""
-    return args, tuple(tuple(map(type, a)) if type(a) is tuple else type(a) for a in args)
+    """A call's arguments' types (a tuple's or a list's: its elements'), then the arguments, for
+    `_Repeat`'s comparison: 2.0 == 2, [2.0, 2.0] == [2, 2] and True == 1 in Python, and a hit
+    skips the checks that refuse a float stride or a bool groups, so equal values of other types
+    must not match (`_TRANSPOSE_FORMS` keys on plain ints for the same reason). The types come
+    first so that values are compared only between arguments of the same types (a numpy array
+    against a tuple compares elementwise and raises). A loop: the hot path of every replay."""
+    types = []
+    for a in args:
+        t = type(a)
+        types.append(tuple(map(type, a)) if t is tuple or t is list else t)
+    return tuple(types), args
 
 
 class _Repeat:

@@ -144,3 +144,25 @@ def test_a_repeat_never_admits_what_the_first_call_refuses(stride, padding, grou
     with pytest.raises(Exception) as e:
         conv_op.conv2d_interpret(x, w, b, stride, padding, groups=groups, schedule=DIRECT)
     assert type(e.value).__name__ in ("LaunchError", "TraceError"), e.value
+
+
+def test_a_repeat_never_admits_a_list_of_floats_after_a_list_of_ints():
+    """A list is a stride as a tuple is (`_pair`): [1.0, 1.0] == [1, 1], so after a call with
+    [1, 1] the list's element types must be compared too, or the float list is replayed where
+    a first call refuses it."""
+    x, w, b = _data(True)
+    conv_op.conv2d_interpret(x, w, b, [1, 1], [1, 1], schedule=DIRECT)
+    assert len(conv_op._REPEATS) == 1
+    with pytest.raises(conv_op.LaunchError, match=r"stride=\[1.0, 1.0\] must be an int"):
+        conv_op.conv2d_interpret(x, w, b, [1.0, 1.0], [1, 1], schedule=DIRECT)
+
+
+def test_a_repeat_refuses_a_numpy_stride_by_name():
+    """A numpy array against the kept tuple compares elementwise (its truth value raises a
+    ValueError): the repeat lookup compares the types first, so the checks name it as on a
+    first call."""
+    np = pytest.importorskip("numpy")
+    x, w, b = _data(True)
+    _conv(x, w, b)
+    with pytest.raises(conv_op.LaunchError, match="stride=array"):
+        conv_op.conv2d_interpret(x, w, b, np.array([1, 1]), 1, schedule=DIRECT)
