@@ -2710,9 +2710,9 @@ def _transpose_form(x, weight, stride, padding, output_padding, groups, dilation
     st, pd, op, dl = (_pair(v, n, dims, name) for v, n in (
         (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"),
         (dilation, "dilation")))
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or \
-            weight.shape[0] % groups or \
-            x.shape[1] != weight.shape[0]:
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        raise LaunchError(f"{name}: groups={groups!r} must be an int >= 1")
+    if weight.shape[0] % groups or x.shape[1] != weight.shape[0]:
         raise LaunchError(f"{name}: x has {x.shape[1]} channels, weight "
                           f"{tuple(weight.shape)} ([C, K / groups, *kernel]); groups={groups} "
                           f"must divide C")

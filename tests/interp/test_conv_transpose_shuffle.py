@@ -338,3 +338,13 @@ def test_an_equal_but_not_int_argument_is_not_a_memo_hit(bad):
         with pytest.raises(LaunchError, match="must be an int"):
             conv_op.conv_transpose2d(x, w, None, bad, run=run)
     assert len(calls) == 1                          # checked, not a memo hit
+
+
+@pytest.mark.parametrize("groups", [True, 2.0, 0])
+def test_a_groups_that_is_no_int_is_refused_as_such(groups):
+    """groups=True (or 2.0, or 0) is refused for what it is, as conv2d refuses it, not as a
+    groups that does not divide C (True and 2.0 do divide 8)."""
+    x = _channels_last(torch.randn(1, 8, 3, 4).bfloat16())
+    w = torch.randn(8, 4, 2, 2).bfloat16()
+    with pytest.raises(LaunchError, match=f"groups={groups!r} must be an int >= 1"):
+        conv_op.conv_transpose2d(x, w, None, 2, groups=groups, run=conv_op.conv2d_interpret)
