@@ -322,3 +322,23 @@ def test_replays_match_a_fresh_call_bit_for_bit(chunked, bias, kept, monkeypatch
         assert torch.equal(y, fresh())
         assert ((y.double() - _ref(x, w, b)).abs().max() / _ref(x, w, b).abs().max()) < 1e-2
     conv_op._WEIGHTS.clear()
+
+
+def test_a_replay_launches_on_the_stream_current_at_its_call(monkeypatch):
+    """The kept plans carry no stream: each replay launches every step on torch's current
+    stream of x's device at that call (a caller's `with torch.cuda.stream(s)`), never the one
+    the plans were made on."""
+    fake, counts, _ = _stub(monkeypatch)
+    current = {0: 7}
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda d=None: types.SimpleNamespace(cuda_stream=current[0]))
+    monkeypatch.setattr(conv_op, "_current_stream", lambda index: current[0])
+    x, w, b, stride, padding = _problem(ENC1, bias=True)
+    conv_op.convolve(x, w, b, stride, padding)
+    assert fake.streams == {7}
+    for stream in (9, 7, 11):
+        current[0] = stream
+        fake.streams.clear()
+        conv_op.convolve(x, w, b, stride, padding)
+        assert fake.streams == {stream}, (stream, fake.streams)
+    assert counts == {"gather": 1, "gemm": 1}, "the replays prepared nothing"
