@@ -166,3 +166,17 @@ def test_a_repeat_refuses_a_numpy_stride_by_name():
     _conv(x, w, b)
     with pytest.raises(conv_op.LaunchError, match="stride=array"):
         conv_op.conv2d_interpret(x, w, b, np.array([1, 1]), 1, schedule=DIRECT)
+
+
+def test_a_list_changed_in_place_after_a_call_is_not_replayed():
+    """The repeat entry keeps a list argument's values, not the caller's list: a stride list
+    changed in place after a call ([1, 1] -> [2, 2]) is a new stride (before: the entry held
+    the same list, compared equal to itself, and the stride-1 launch was replayed)."""
+    x, w, b = _data(True)
+    stride = [1, 1]
+    conv_op.conv2d_interpret(x, w, b, stride, 1, schedule=DIRECT)
+    stride[:] = [2, 2]
+    y = conv_op.conv2d_interpret(x, w, b, stride, 1, schedule=DIRECT)
+    ref = F.conv2d(x.double(), w.double(), b.double(), 2, 1)
+    assert y.shape == ref.shape
+    assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
