@@ -2122,7 +2122,9 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
     Wk = _im2col_weight(weight, bias, gather)
     # the repack is held where the weight cache keeps it (the GPU): while the weight's and the
     # bias's versions and buffers hold (`_Repeat._state`, the replay's condition), that cache
-    # hands back this very tensor; elsewhere (the interpreter's CPU runs) it is made again
+    # hands back this very tensor, or after evicting it the same values made again (the held
+    # one then lives outside the cache's byte bound: one repack a _REPEATS entry, at most
+    # _Repeat.ENTRIES of them); elsewhere (the interpreter's CPU runs) it is made again
     held = Wk if _WEIGHTS.owner(weight) is not None else None
     calls = buffers(x, torch.empty(a_rows, gather.pitch, dtype=x.dtype, device=x.device), Wk,
                     first)
