@@ -2073,6 +2073,7 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
     the kernels' launch plans kept by the buffers' addresses), or (None, None) when the GEMM
     has no tf32 schedule for the problem (the caller runs the implicit GEMM)."""
     import dataclasses
+    import weakref
 
     import torch
 
@@ -2126,6 +2127,9 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
     # one then lives outside the cache's byte bound: one repack a _REPEATS entry, at most
     # _Repeat.ENTRIES of them); elsewhere (the interpreter's CPU runs) it is made again
     held = Wk if _WEIGHTS.owner(weight) is not None else None
+    # the bias through a weak reference: a replay runs only while this very bias is passed
+    # (`_Repeat.find`), and a _REPEATS entry must not keep a freed model's bias alive
+    bias_ref = None if bias is None else weakref.ref(bias)
     calls = buffers(x, torch.empty(a_rows, gather.pitch, dtype=x.dtype, device=x.device), Wk,
                     first)
     runners = {}
@@ -2151,7 +2155,8 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
         # stream order (a kept scratch buffer would race across streams and be frozen into a
         # captured graph), and the plans are kept by its address
         A = torch.empty(a_rows, gather.pitch, dtype=x.dtype, device=x.device)
-        Wk = held if held is not None else _im2col_weight(weight, bias, gather)
+        Wk = held if held is not None else \
+            _im2col_weight(weight, None if bias_ref is None else bias_ref(), gather)
         # x, the A buffer, the weight matrix and the result: every operand of every step
         key = (x.data_ptr(), A.data_ptr(), Wk.data_ptr(), out.data_ptr())
         plan = plans.get(key)

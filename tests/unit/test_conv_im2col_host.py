@@ -342,3 +342,26 @@ def test_a_replay_launches_on_the_stream_current_at_its_call(monkeypatch):
         conv_op.convolve(x, w, b, stride, padding)
         assert fake.streams == {stream}, (stream, fake.streams)
     assert counts == {"gather": 1, "gemm": 1}, "the replays prepared nothing"
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_the_replay_keeps_no_bias_alive(kept, monkeypatch):
+    """The _REPEATS entry knows the bias by a weak reference only (as it knows x and the
+    weight): a freed model's bias is freed, not held by the replay until 64 newer entries push
+    it out. `kept`: the weight cache keeps the repack (the GPU's path), which holds the bias's
+    values, not the bias."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    monkeypatch.setattr(conv_op._WEIGHTS, "cpu", kept)
+    conv_op._WEIGHTS.clear()
+    x, w, b = _interp_problem(1, True)
+    y = conv_op.conv2d_interpret(x, w, b, 2, 1)
+    assert torch.equal(conv_op.conv2d_interpret(x, w, b, 2, 1), y)     # a replay
+    assert len(conv_op._REPEATS) == 1
+    ref = weakref.ref(b)
+    del b
+    gc.collect()
+    assert ref() is None, gc.get_referrers(ref())
+    conv_op._WEIGHTS.clear()
