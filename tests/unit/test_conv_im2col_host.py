@@ -365,3 +365,40 @@ def test_the_replay_keeps_no_bias_alive(kept, monkeypatch):
     gc.collect()
     assert ref() is None, gc.get_referrers(ref())
     conv_op._WEIGHTS.clear()
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_nchw_result_replays_like_a_fresh_call(chunked, monkeypatch):
+    """The NCHW-result form (`im2col_nchw`: one GEMM an image into its [K, pixels] plane; the
+    image bound lowered here) replays bit-identical to a fresh call after x's values change
+    and after an in-place weight update, whole batch or one image a chunk."""
+    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    monkeypatch.setattr(conv_op._WEIGHTS, "cpu", True)
+    monkeypatch.setattr(conv_op, "NCHW_IM2COL_IMAGE_BYTES", 1)
+    conv_op._WEIGHTS.clear()
+    x, w, b = _interp_problem(2, True)
+    image = conv_op._Gather.of(x, w, 2, 1, 1).image_rows * \
+        conv_op._Gather.of(x, w, 2, 1, 1).pitch * x.element_size()
+    if chunked:
+        monkeypatch.setattr(conv_op, "IM2COL_MAX_BYTES", image)
+
+    def call():
+        return conv_op.convolve(x, w, b, 2, 1, nchw=True)
+
+    def fresh():
+        conv_op._REPEATS.clear()
+        return call()
+
+    first = call()
+    assert first.is_contiguous() and len(conv_op._REPEATS) == 1
+    assert ((first.double() - _ref(x, w, b)).abs().max() / _ref(x, w, b).abs().max()) < 1e-2
+    assert torch.equal(call(), first)
+    x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(9)))
+    y = call()
+    assert torch.equal(y, fresh()) and not torch.equal(y, first)
+    with torch.no_grad():
+        w.mul_(-0.5)
+    y = call()
+    assert torch.equal(y, fresh())
+    assert ((y.double() - _ref(x, w, b)).abs().max() / _ref(x, w, b).abs().max()) < 1e-2
+    conv_op._WEIGHTS.clear()
