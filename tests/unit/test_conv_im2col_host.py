@@ -402,3 +402,21 @@ def test_an_nchw_result_replays_like_a_fresh_call(chunked, monkeypatch):
     assert torch.equal(y, fresh())
     assert ((y.double() - _ref(x, w, b)).abs().max() / _ref(x, w, b).abs().max()) < 1e-2
     conv_op._WEIGHTS.clear()
+
+
+def test_a_capture_neither_replays_nor_remembers(monkeypatch):
+    """Under CUDA graph capture (simulated) the route's entry, which holds the weight's repack,
+    is not replayed (the repack would be frozen into the graph: an in-place weight update
+    between graph replays unseen), and the call prepared in the capture is not remembered:
+    the eager entry replays again afterwards."""
+    fake, counts, _ = _stub(monkeypatch)
+    x, w, b, stride, padding = _problem(ENC1, bias=True)
+    conv_op.convolve(x, w, b, stride, padding)
+    (entry,) = conv_op._REPEATS.values()
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    conv_op.convolve(x, w, b, stride, padding)
+    assert counts == {"gather": 2, "gemm": 2}, "replayed in a capture"
+    assert list(conv_op._REPEATS.values()) == [entry], "remembered from a capture"
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    conv_op.convolve(x, w, b, stride, padding)
+    assert counts == {"gather": 2, "gemm": 2}, "the eager entry not replayed after the capture"
