@@ -420,3 +420,25 @@ def test_a_capture_neither_replays_nor_remembers(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     conv_op.convolve(x, w, b, stride, padding)
     assert counts == {"gather": 2, "gemm": 2}, "the eager entry not replayed after the capture"
+
+
+def test_meta_calls_build_and_replay_as_builds(monkeypatch):
+    """On meta tensors (compose's prebuild) the route builds its kernels for the operands
+    (`build_for`) and launches nothing; a repeated call (the replay: every meta address is 0)
+    builds again, keeps no plan and returns the same layout."""
+    fake, counts, _ = _stub(monkeypatch)
+    built = []
+    for c in (conv_op._im2col_compiled(), conv_op.pointwise_gemm()[1]):
+        monkeypatch.setattr(c, "build_for", lambda *t, name=c.name: built.append(name),
+                            raising=False)
+    x = torch.empty(2, 3, 16, 16, dtype=torch.bfloat16, device="meta") \
+        .to(memory_format=torch.channels_last)
+    w = torch.empty(8, 3, 3, 3, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(8, dtype=torch.bfloat16, device="meta")
+    assert conv_op.route(x, w, b, 1, 1, 1) == "im2col"
+    y = conv_op.convolve(x, w, b, 1, 1)
+    assert built == ["gather", "gemm"] and len(conv_op._REPEATS) == 1
+    y2 = conv_op.convolve(x, w, b, 1, 1)
+    assert built == ["gather", "gemm"] * 2 and counts == {} and not fake.launched
+    assert y2.is_meta and (y2.shape, y2.stride()) == (y.shape, y.stride()) == \
+        ((2, 8, 16, 16), (2048, 1, 128, 8))
