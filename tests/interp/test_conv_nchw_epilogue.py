@@ -221,12 +221,19 @@ def test_rowbox_conv1d_folds_the_batch_into_rows(n, channels_last, monkeypatch):
 
 
 def _count_replays(monkeypatch) -> list:
-    """Record every `_Repeat` hit (a replayed launch: `_Repeat.launch`, which convolve calls
-    only on a hit)."""
+    """Record the nchw argument of every `_Repeat` hit (a prepared launch found for the call,
+    which convolve then replays), as the call passed it to `_Repeat.find` (not read back from
+    the entry, whose `args` is `_exact`'s form)."""
     hits: list = []
-    real = conv_op._Repeat.launch
-    monkeypatch.setattr(conv_op._Repeat, "launch",
-                        lambda self, x, w: hits.append(self.args[-1]) or real(self, x, w))
+    real = conv_op._Repeat.find
+
+    def find(x, w, b, args):
+        hit = real(x, w, b, args)
+        if type(hit) is conv_op._Repeat:
+            hits.append(args[-1])
+        return hit
+
+    monkeypatch.setattr(conv_op._Repeat, "find", find)
     return hits
 
 
