@@ -2285,16 +2285,19 @@ def _exact(args: tuple) -> tuple:
     skips the checks that refuse a float stride or a bool groups, so equal values of other types
     must not match (`_TRANSPOSE_FORMS` keys on plain ints for the same reason). The types come
     first so that values are compared only between arguments of the same types (a numpy array
-    against a tuple compares elementwise and raises). A list is kept as a tuple of its values:
-    the entry would hold the caller's list, and a change made to it in place after the call
-    (stride[:] = [2, 2]) would change the kept value with it and replay the old stride. A
-    loop: the hot path of every replay."""
+    against a tuple compares elementwise and raises). A list is kept as a tuple of its values
+    (its types marked `list`: convolve's shuffle= takes a tuple only): the entry would hold the
+    caller's list, and a change made to it in place after the call (stride[:] = [2, 2]) would
+    change the kept value with it and replay the old stride. A loop: the hot path of every
+    replay."""
     types, lists = [], False
     for a in args:
         t = type(a)
-        if t is tuple or t is list:
+        if t is tuple:
             types.append(tuple(map(type, a)))
-            lists = lists or t is list
+        elif t is list:
+            types.append((list, *map(type, a)))
+            lists = True
         else:
             types.append(t)
     if lists:

@@ -179,3 +179,15 @@ def test_a_list_changed_in_place_after_a_call_is_not_replayed():
     ref = F.conv2d(x.double(), w.double(), b.double(), 2, 1)
     assert y.shape == ref.shape
     assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+def test_a_list_is_no_replay_of_a_tuple():
+    """A list argument is kept as a tuple of its values, its types marked as a list's: after a
+    call with a tuple, the equal list (which a tuple-only argument, convolve's shuffle=,
+    refuses) is checked as on a first call."""
+    x = torch.randn(1, 16, 3, 4).bfloat16().to(memory_format=torch.channels_last)
+    w = torch.randn(16, 16, 1, 1).bfloat16()
+    conv_op.convolve(x, w, None, shuffle=(2, 2))
+    assert len(conv_op._REPEATS) == 1
+    with pytest.raises(conv_op.LaunchError):
+        conv_op.convolve(x, w, None, shuffle=[2, 2])
