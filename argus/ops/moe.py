@@ -509,13 +509,13 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
         ws.update(xq=fill((M, layer.hidden), float("nan"), **e4m3),
                   xs=fill((layer.hidden // GROUP, M), float("nan"), **f32),
                   hq=torch.empty(M, layer.inter, **e4m3),
-                  hs=torch.empty(layer.inter // GROUP, M, **f32))
+                  hs=fill((layer.inter // GROUP, M), float("nan"), **f32))
         # smem_scales: a GEMM's activation scales K-major instead ([M, K/128 padded to 4]:
         # 16-byte row pitches for the TMA boxes), written so by its quantizer
         if layer.schedule.smem_scales:
             ws["xs"] = fill((M, _pad4(layer.hidden // GROUP), 1), float("nan"), **f32)
         if layer.down.smem_scales:
-            ws["hs"] = torch.empty(M, _pad4(layer.inter // GROUP), 1, **f32)
+            ws["hs"] = fill((M, _pad4(layer.inter // GROUP), 1), float("nan"), **f32)
         nbytes = M * (layer.hidden * 3 + layer.inter * 3) + 4 * M * (
             layer.hidden + layer.inter) // GROUP
         if layer.schedule.quantize_out:   # the gate-up writes hq itself: no bf16 h

@@ -1,0 +1,73 @@
+"""The fp8 layer through the op's DEFAULT schedule (schedule=None: fp8_schedule_for), which from
+128 rows an expert is FP8_PREFILL_SPLIT_SMEM_TMA (128 x 256 N-split, block scales through
+shared memory, TMA store), on the shapes the op accepts beyond DeepSeek-V3's: H and I multiples
+of 128 but not of 256 (the down's last 256-column tile half real, the gate-up's odd tile
+count), K/128 not a multiple of 4 (the op's zero-padded weight-scale copies, K-major activation
+scales padded to 4), per-tensor and per-expert scales (broadcast, then padded), few experts
+with many rows, T at and just below the threshold. In the interpreter against float64
+(reference_fp8) and bit-identical to the global-scale 128 x 128 FP8_PREFILL."""
+
+import importlib
+
+import pytest
+
+from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL
+
+torch = pytest.importorskip("torch")
+M = importlib.import_module("argus.ops.moe")
+
+from tests.moe.test_moe_fp8_layer import _problem, _rel  # noqa: E402
+
+
+def _default(x, w13, w2, s13, s2, ids, weights, k, out=None):
+    """The op's own path for given routing: _run with schedule=None."""
+    return M._run(x, w13, w2, None, k, True, "softmax", "silu", ids, weights, None, 0, 0, 1.0,
+                  None, interpret=True, out=out, w13_scale=s13, w2_scale=s2)
+
+
+@pytest.mark.parametrize("T,E,k,H,I,form", [
+    # H = I = 384: K/128 = 3 for both GEMMs (weight scales padded to 4), the down's second
+    # 256-column tile one real half; T * k / E = 128 exactly: the threshold
+    (256, 4, 2, 384, 384, "block"),
+    # I = 640 (I/128 = 5: two scale boxes, the down's weight scales padded to 8), H = 256
+    (256, 4, 2, 256, 640, "block"),
+    # one scale for everything, and one an expert: broadcast, then padded (I/128 = 3)
+    (256, 4, 2, 256, 384, "tensor"),
+    (300, 3, 2, 384, 256, "expert"),
+    # few experts, many rows: _problem routes every token to expert 0 (k = 1 of 1 column),
+    # expert 1 empty; 3 m-tiles of one expert and a ragged last one
+    (300, 2, 1, 256, 384, "block"),
+])
+def test_default_prefill_path_matches_float64_and_the_global_scale_tile(T, E, k, H, I, form):
+    assert M._layer(T, H, I, E, k, None, True).schedule == FP8_PREFILL_SPLIT_SMEM_TMA
+    x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=T + H + I, form=form)
+    out = _default(x, w13, w2, s13, s2, ids, weights, k)
+    assert not torch.isnan(out).any(), "a padding row or padding scale reached the output"
+    exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
+    assert _rel(out, exact) < 1e-2, _rel(out, exact)
+    plain = M.experts(x, w13, w2, ids, weights, M.Layer(T, H, I, E, k, FP8_PREFILL),
+                      interpret=True, scales=(s13, s2))
+    assert torch.equal(out, plain)     # the same partials, scales and K order
+
+
+def test_just_below_the_threshold_takes_the_small_tile():
+    T, E, k, H, I = 255, 4, 2, 256, 384     # 127.5 rows an expert
+    assert M._layer(T, H, I, E, k, None, True).schedule == FP8_SMALL
+    x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=3)
+    out = _default(x, w13, w2, s13, s2, ids, weights, k)
+    exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
+    assert _rel(out, exact) < 1e-2, _rel(out, exact)
+
+
+def test_weight_scales_updated_in_place_are_seen_by_the_next_call():
+    """The padded weight-scale copies (K/128 = 3) are made from the caller's tensors on every
+    call: a scale changed in place between two calls into the same `out` changes the result."""
+    T, E, k, H, I = 256, 4, 2, 384, 384
+    x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=17)
+    out = torch.empty(T, H, dtype=torch.bfloat16)
+    _default(x, w13, w2, s13, s2, ids, weights, k, out=out)
+    s2.mul_(2.0)
+    s13.view(E, 2, I // 128, H // 128)[:, 1] *= 0.5      # the up plane's blocks
+    _default(x, w13, w2, s13, s2, ids, weights, k, out=out)
+    exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
+    assert _rel(out, exact) < 1e-2, _rel(out, exact)
