@@ -417,6 +417,17 @@ def _check_quantize(s: MoeFp8Schedule, gated: bool, quantize: bool) -> None:
             fix=f"build it with quantize={s.quantize_out}")
 
 
+def _check_gate_up_tile(s: MoeFp8Schedule, gated: bool) -> None:
+    """Both grouped kernels' gate-up: each half of the B tile (bn/2 rows of one plane) lies in
+    one 128-row weight-scale block (MoeFp8Schedule.gate_up_fits; argus.ops.moe's _layer
+    refuses the same schedule before any trace)."""
+    if gated and not s.gate_up_fits:
+        raise ag.TraceError(f"the gate-up's B tile is bn/2 = {s.bn // 2} gate rows on top of "
+                            f"the same up rows; each half must lie in one 128-row "
+                            f"weight-scale block (bn/2 dividing 128)",
+                            fix="use bn=256 with n_split=2, bn=128 or bn=64 for the gate-up")
+
+
 def _variant(body, name: str, params: dict, quantize: bool, k_major: bool,
              default: MoeFp8Schedule):
     """The kernel function of a grouped fp8 GEMM body(A, W, scales of A, ScaleW, TileExpert,
@@ -465,11 +476,7 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False,
                              s: MoeFp8Schedule):
         _check_quantize(s, gated, quantize)
         _tag_layout(A, W, TileExpert, s.pad, gated)
-        if gated and not s.gate_up_fits:
-            raise ag.TraceError(f"the gate-up's B tile is bn/2 = {s.bn // 2} gate rows on top "
-                                f"of the same up rows; each half must lie in one 128-row "
-                                f"weight-scale block (bn/2 dividing 128)",
-                                fix="use bn = 64, 128 or 256 / 2^j for the gate-up")
+        _check_gate_up_tile(s, gated)
         K = A.shape[1]
         width = s.bn // 2 if gated else s.bn
         n_tiles = ag.cdiv(C.shape[1], width)
@@ -545,11 +552,7 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False,
                                 "needs smem_scales=True",
                                 fix="pass MoeFp8Schedule(..., smem_scales=True), or "
                                     "grouped_gemm_fp8_kernel for global scales")
-        if gated and not s.gate_up_fits:
-            raise ag.TraceError(f"the gate-up's B tile is bn/2 = {s.bn // 2} gate rows on top "
-                                f"of the same up rows; each half must lie in one 128-row "
-                                f"weight-scale block (bn/2 dividing 128)",
-                                fix="use bn = 64, 128 or 256 / 2^j for the gate-up")
+        _check_gate_up_tile(s, gated)
         K = A.shape[1]
         width = s.bn // 2 if gated else s.bn
         n_tiles = ag.cdiv(C.shape[1], width)

@@ -729,7 +729,8 @@ def _layer(T: int, H: int, inter: int, E: int, top_k: int,
     if fp8 and schedule is not None and not schedule.gate_up_fits:
         raise LaunchError(f"{_WHO}: the gate-up GEMM's {schedule.bn}-row B tile is two "
                           f"halves (gate, up) that must each lie in one 128-row weight-scale "
-                          f"block: bn/2 must divide 128", fix="use bn=128 or bn=64")
+                          f"block: bn/2 must divide 128",
+                          fix="use bn=256 with n_split=2 (the prefill default), bn=128 or bn=64")
     if fp8:
         return Layer(T, H, inter, E, top_k, schedule or fp8_schedule_for(T, top_k, E), down)
     elif schedule is None and T <= DECODE_MAX_TOKENS:

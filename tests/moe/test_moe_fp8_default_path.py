@@ -71,3 +71,20 @@ def test_weight_scales_updated_in_place_are_seen_by_the_next_call():
     _default(x, w13, w2, s13, s2, ids, weights, k, out=out)
     exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
     assert _rel(out, exact) < 1e-2, _rel(out, exact)
+
+
+def test_the_gate_up_tile_refusal_offers_the_default_tile():
+    """bn = 160 straddles weight blocks; the fix names the tile the default runs (bn = 256 with
+    n_split = 2), not only 128 / 64."""
+    import argus as ag
+    from argus.compiler import lower_only
+    from argus.errors import LaunchError
+    from argus.kernels.moe_fp8 import MoeFp8Schedule, grouped_gemm_fp8_kernel
+
+    s = MoeFp8Schedule(bn=160, stages=3)
+    with pytest.raises(LaunchError) as launch:
+        M._layer(300, 256, 256, 4, 2, s, True)
+    with pytest.raises(ag.TraceError) as trace:
+        lower_only(grouped_gemm_fp8_kernel(True), s=s)
+    for exc in (launch.value, trace.value):
+        assert "bn=256 with n_split=2" in exc.fix, exc.fix
