@@ -151,7 +151,10 @@ def form(s) -> tuple[str, bool, str]:
 def _structural(d: dict[str, int], s) -> tuple[float, float, int, str]:
     """(gate-up ms, down ms, padded rows, bound) of the GEMM cost model for schedule s: the
     fp8 rate as a bf16 GEMM of half the depth (a 128-deep e4m3 step is a 64-deep bf16 step's
-    bytes, in half its tensor time), no spill (the class's register budget refuses those)."""
+    bytes, in half its tensor time), no spill (the class's register budget refuses those).
+    The hardware figures are the cost model's (H200) while the calibration run was an H100's:
+    the promotion factors absorb the difference at DeepSeek-V3 T = 16384 only, so away from it
+    the estimate is an H200 model scaled by H100 ratios, not either card's time."""
     hw = cost_model.H200
     T, H, I, E, k = d["T"], d["H"], d["I"], d["E"], d["top_k"]
     entries = T * k
