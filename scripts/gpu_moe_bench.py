@@ -985,16 +985,17 @@ def fp8_variants() -> dict:
             # 128 x 256 tiles with each K block's wgmma split into two 128-column halves, one
             # partial live at a time (MoeFp8Schedule.n_split; the dense kernel's "split
             # 128x256" measured 1096-1207 TFLOP/s, docs/perf/fp8.md): the gate-up's halves are
-            # its gate and up planes, the down's the tile's two weight blocks. Not measured on
-            # a GPU yet (docs/perf/moe.md, "fp8 grouped GEMM: the N-split")
+            # its gate and up planes, the down's the tile's two weight blocks. DeepSeek-V3
+            # T = 16384: 691 / 713 TFLOP/s (H100, 2026-12-06, docs/perf/moe.md)
             "split": FP8_PREFILL_SPLIT,
             "split_tma": FP8_PREFILL_SPLIT_TMA,
             "split_tma_fast_rsqrt_silu": replace(FP8_PREFILL_SPLIT_TMA, fast_silu=True,
                                                  rsqrt_silu=True),
             # the split with the block scales through shared memory (smem_scales: the dense
             # kernel's default, 1082 against the global-scale split's 989 TFLOP/s geomean):
-            # K-major activation scales from the quantizers, one TMA box a stage. Not measured
-            # on a GPU yet; the serial 128 x 128 with smem scales beside it
+            # K-major activation scales from the quantizers, one TMA box a stage; the serial
+            # 128 x 128 with smem scales beside it. DeepSeek-V3 T = 16384: 778 / 859 / 495
+            # TFLOP/s (H100, 2026-12-06, docs/perf/moe.md); split_smem_tma is the default now
             "split_smem": FP8_PREFILL_SPLIT_SMEM,
             "split_smem_tma": FP8_PREFILL_SPLIT_SMEM_TMA,
             "smem": replace(FP8_PREFILL, smem_scales=True),

@@ -296,7 +296,8 @@ class MoeFp8Schedule(MoeSchedule):
 
 
 # 128 x 128 tiles (64 output columns of the gate-up), 6 stages of 32 KB: gemm_fp8's measured
-# block-scaled tile (docs/perf/fp8.md); the gate-up halves are 64 rows, inside one weight block
+# block-scaled tile (docs/perf/fp8.md); the gate-up halves are 64 rows, inside one weight block.
+# The prefill default until 2026-12-06 (DeepSeek-V3 T = 16384 whole layer 603 TFLOP/s, H100)
 FP8_PREFILL = MoeFp8Schedule(bm=128, bn=128, stages=6, consumers=2)
 # the same with overlapped promotion (the dense kernel's fastest: 836-926 TFLOP/s)
 FP8_PREFILL_OVERLAP = MoeFp8Schedule(bm=128, bn=128, stages=6, consumers=2, overlap=True)
@@ -304,8 +305,8 @@ FP8_PREFILL_OVERLAP = MoeFp8Schedule(bm=128, bn=128, stages=6, consumers=2, over
 # "split 128x256" with global scales, docs/perf/fp8.md): the gate-up's 256 B rows are 128 gate
 # rows on top of the same 128 up rows, each half one plane and one weight-scale block, so its
 # two sums are gate and up (128 columns of h a unit instead of 64); the down's halves are the
-# tile's two 128-column weight blocks. 4 stages of 48 KB, as the dense split. Not measured on
-# a GPU yet: a variant (scripts/gpu_moe_bench.py --fp8), not the default
+# tile's two 128-column weight blocks. 4 stages of 48 KB, as the dense split. DeepSeek-V3
+# T = 16384 whole layer 691 TFLOP/s, 713 with the TMA store (H100, 2026-12-06, docs/perf/moe.md)
 FP8_PREFILL_SPLIT = MoeFp8Schedule(bm=128, bn=256, stages=4, consumers=2, n_split=2)
 # the same with the TMA-store epilogue (one half's 32 KB of staging beside the 4 stages: 224 KB,
 # the dense split's _SPLIT_256_TMA)
@@ -314,8 +315,9 @@ FP8_PREFILL_SPLIT_TMA = MoeFp8Schedule(bm=128, bn=256, stages=4, consumers=2, n_
 # the split with the block scales through shared memory (the dense kernel's default, "split
 # 128x256 smem scales": 1082 TFLOP/s geomean against the global-scale split's 989 on the H200,
 # docs/perf/fp8.md): 4 stages from registers; 3 with the TMA store (4 x 48 KB + 32 KB of
-# staging + the scale stages is past 227 KB), as the dense _SPLIT_256_SMEM_TMA. Not measured on
-# a GPU yet
+# staging + the scale stages is past 227 KB), as the dense _SPLIT_256_SMEM_TMA. DeepSeek-V3
+# T = 16384 whole layer 778 and 859 TFLOP/s (H100, 2026-12-06, docs/perf/moe.md): the TMA form
+# is argus.ops.moe.fp8_schedule_for's prefill default
 FP8_PREFILL_SPLIT_SMEM = MoeFp8Schedule(bm=128, bn=256, stages=4, consumers=2, n_split=2,
                                         smem_scales=True)
 FP8_PREFILL_SPLIT_SMEM_TMA = MoeFp8Schedule(bm=128, bn=256, stages=3, consumers=2, n_split=2,

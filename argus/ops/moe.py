@@ -36,7 +36,10 @@ tensor (one element; both broadcast to blocks, a small copy per call); H and I m
 grouped GEMMs (argus/kernels/moe_fp8.py: each 128-deep K block's wgmma partial promoted into
 fp32 on the CUDA cores times its two scales), h is stored bf16 and quantized 1x128 again
 before the down GEMM. reference_fp8 is the same computation in float64. No swap-AB decode
-form yet: small T runs 64-row tiles.
+form yet: small T runs 64-row tiles. The prefill default (FP8_PREFILL_SPLIT_SMEM_TMA) reads
+the weight scales in 16-byte TMA boxes along K: where K/128 is not a multiple of 4 (I = 768 or
+1408: the down's 6 or 11) they are zero-padded into a copy on every call, and such calls are
+not replayed (DeepSeek-V3's 56 and 16 need no copy).
 
 Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights)
 raises a LaunchError that says what and how to fix it. Precomputed topk_ids must lie in
