@@ -144,11 +144,18 @@ def _fp8_layer(T, E, H, I, seed, form="block"):
 
 @pytest.mark.parametrize("T,E,k,H,I,form", [
     (777, 16, 4, 1024, 512, "block"),
-    (5000, 8, 2, 1024, 1024, "block"),          # 128 x 128 tiles, many units per expert
+    (5000, 8, 2, 1024, 1024, "block"),          # the prefill default, many units per expert
     (16, 8, 2, 512, 256, "block"),              # decode-sized: the 64-row schedule
     (300, 8, 2, 512, 256, "expert"),
     (300, 8, 2, 512, 256, "tensor"),
     (512, 32, 8, 7168, 2048, "block"),          # DeepSeek-V3's H and I (32 of its experts)
+    # the prefill default (FP8_PREFILL_SPLIT_SMEM_TMA) off DeepSeek-V3's shapes: H/128 odd
+    # (the down's last tile one real half, its second weight-scale block past the tensor in
+    # the TMA box), K/128 = 3, 5, 6, 11 (weight scales zero-padded per call), a broadcast
+    # per-tensor scale then padded; >= 128 rows an expert
+    (1500, 8, 2, 384, 384, "block"),
+    (1200, 8, 2, 640, 768, "tensor"),
+    (1024, 4, 1, 2048, 1408, "block"),          # DeepSeek-V2-Lite's H and I
 ])
 def test_moe_fp8_matches_float64(T, E, k, H, I, form):
     """argus.ops.moe with e4m3 weights against float64 with the same quantization
