@@ -905,7 +905,7 @@ def convolve(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     if activation not in ACTIVATIONS:
         raise LaunchError(f"argus.ops.conv: activation={activation!r} is not one of "
                           f"{ACTIVATIONS}", fix="apply it after the convolution")
-    if terms not in SPLIT_SLOTS:
+    if type(terms) is not int or terms not in SPLIT_SLOTS:    # (3.0 and True hash as ints)
         raise LaunchError(f"argus.ops.conv: terms={terms!r} is not one of "
                           f"{sorted(SPLIT_SLOTS)}", fix="6: strict fp32, 3 or 1: relaxed")
     if precision not in (None, "tf32") or (precision and str(x.dtype) != "torch.float32"):
@@ -2212,11 +2212,13 @@ def _im2col_compiled(x, gather, kernel, constexprs):
         return None
     key = (str(x.dtype), gather.kind, tuple(sorted(constexprs.items())), x.device.index)
     compiled = _IM2COL.get(key)
-    if compiled is None:
-        compiled = kernel.compile(**constexprs)
-        _IM2COL[key] = compiled
-        if len(_IM2COL) > _MEMO_SIZE:
-            _IM2COL.popitem(last=False)
+    if compiled is not None:
+        _IM2COL.move_to_end(key)         # least recently used goes first, not oldest
+        return compiled
+    compiled = kernel.compile(**constexprs)
+    _IM2COL[key] = compiled
+    if len(_IM2COL) > _MEMO_SIZE:
+        _IM2COL.popitem(last=False)
     return compiled
 
 
@@ -2310,12 +2312,13 @@ class _Repeat:
     H200: the checks, the operand preparation and the launch-plan lookup cost more host time
     than a ResNet layer's kernel runs). Valid only while the same x, weight (its parameter) and
     bias objects are passed with the same buffers, layouts and versions (the key; weak
-    references check identity, nothing is kept alive but a repacked weight); x is read where it
-    is, so its current contents count, and the result is a new tensor every call. The kernel's
-    launch plans are kept here by the result's address (everything else a plan holds is fixed
-    by the key): a repeated call costs the key, an allocation and one cuLaunchKernelEx (a tf32
-    call, `prep`: the rounding kernel's launch into a new X buffer first, plans kept by the
-    buffer's and the result's addresses).
+    references check identity; an entry keeps alive a repacked weight and the bias operand it
+    launches with, `b`: the caller's bias or its copy, until 64 newer entries push it out); x
+    is read where it is, so its current contents count, and the result is a new tensor every
+    call. The kernel's launch plans are kept here by the result's address (everything else a
+    plan holds is fixed by the key): a repeated call costs the key, an allocation and one
+    cuLaunchKernelEx (a tf32 call, `prep`: the rounding kernel's launch into a new X buffer
+    first, plans kept by the buffer's and the result's addresses).
     Under CUDA graph capture nothing is remembered, and an entry holding a repack or a bias
     copy is not replayed (argus.ops.weight_cache says why); one reading the weight and bias in
     place is."""

@@ -123,3 +123,30 @@ def test_prepared_launches_and_zeros_are_not_kept_or_replayed_in_a_capture(monke
     conv_op._bias_operand(None, 1, 5, torch.float32, torch.device("cpu"))
     assert key in conv_op._NO_BIAS
     conv_op._REPEATS.clear()
+
+
+def test_the_im2col_compile_memo_drops_the_least_recently_used(monkeypatch):
+    """_IM2COL keeps _MEMO_SIZE compiled gathers: a kind used again is kept when a new one
+    arrives (the oldest-inserted one was dropped whatever its use)."""
+    from collections import OrderedDict
+
+    compiles = []
+
+    class _Kernel:
+        def compile(self, **constexprs):
+            compiles.append(constexprs["k"])
+            return object()
+
+    class _Gather:
+        kind = "rows"
+
+    monkeypatch.setattr(conv_op, "_IM2COL", OrderedDict())
+    monkeypatch.setattr(conv_op, "_MEMO_SIZE", 2)
+    x = torch.empty(1, 3, 4, 4, device="meta")
+    first = conv_op._im2col_compiled(x, _Gather, _Kernel(), {"k": 1})
+    conv_op._im2col_compiled(x, _Gather, _Kernel(), {"k": 2})
+    assert conv_op._im2col_compiled(x, _Gather, _Kernel(), {"k": 1}) is first   # used again
+    conv_op._im2col_compiled(x, _Gather, _Kernel(), {"k": 3})                    # drops k=2
+    assert conv_op._im2col_compiled(x, _Gather, _Kernel(), {"k": 1}) is first
+    conv_op._im2col_compiled(x, _Gather, _Kernel(), {"k": 2})
+    assert compiles == [1, 2, 3, 2]

@@ -191,3 +191,12 @@ def test_a_list_is_no_replay_of_a_tuple():
     assert len(conv_op._REPEATS) == 1
     with pytest.raises(conv_op.LaunchError):
         conv_op.convolve(x, w, None, shuffle=[2, 2])
+
+
+@pytest.mark.parametrize("terms", [3.0, True])
+def test_terms_of_another_type_are_refused(terms):
+    """terms=3.0 and True hash and compare as 3 and 1 (SPLIT_SLOTS' keys): refused by name, as
+    any terms that is not one of the split's slot counts."""
+    x, w, b = _data(True)
+    with pytest.raises(conv_op.LaunchError, match="terms="):
+        conv_op.conv2d_interpret(x.float(), w.float(), b.float(), 1, 1, terms=terms)
