@@ -47,7 +47,6 @@ tokens).
 
 from __future__ import annotations
 
-import functools
 import math
 from os import environ as _environ
 from collections import OrderedDict
@@ -61,6 +60,7 @@ from argus.kernels.attention_decode import (MAX_QUERIES, MAX_SPLITS, DecodeSched
                                             default_decode_schedule, fused_combine_pays,
                                             num_splits, with_fused_combine)
 from argus.ops.attention_inputs import _bhsd, _check_strides, check
+from argus.runtime.driver import current_stream as _current_stream
 
 _WHO = "argus.ops.attention_decode"
 _DTYPES = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
@@ -245,21 +245,6 @@ class _Entry:
         self.plans[pointers] = tuple(p for p in plans if p is not False)
         if len(self.plans) > self.PLANS:
             self.plans.popitem(last=False)
-
-
-def _current_stream(index: int) -> int:
-    """The raw handle of torch's current stream on device `index`."""
-    return _raw_stream()(index)
-
-
-@functools.lru_cache(maxsize=None)
-def _raw_stream():
-    """torch's private C accessor of the current raw stream when there is one (one C call;
-    torch.cuda.current_stream builds a Python Stream object per call), else the public one."""
-    import torch
-
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
 
 
 def _numel(shape) -> int:

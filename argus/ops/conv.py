@@ -90,6 +90,7 @@ from argus.kernels.gemm import GemmSchedule
 # (per weight object and version); the judge's tf32 rung rounds with the same function
 from argus.numerics import round_to_tf32
 from argus.ops.weight_cache import DerivedCache, capturing
+from argus.runtime.driver import current_stream as _current_stream
 from argus.target.limits import SMEM_PER_CTA_OPTIN
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
@@ -2191,17 +2192,6 @@ def _im2col(x, weight, bias, stride, padding, dilation, nchw: bool | None = Fals
 
     out = launch(x, weight, first)
     return out, _RouteRepeat.Replay(launch, True, None)
-
-
-def _current_stream(index: int) -> int:
-    """The raw handle of torch's current stream on device `index`: torch's private C accessor
-    where there is one (one C call; torch.cuda.current_stream, which LaunchPlan() reads, builds
-    a Python Stream object per call), else the public one (argus.ops.attention_decode's
-    rule)."""
-    import torch
-
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _im2col_compiled(x, gather, kernel, constexprs):

@@ -20,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -193,6 +194,23 @@ def _current_device() -> int:
 
     _require_cuda()
     return torch.cuda.current_device()
+
+
+def current_stream(index: int) -> int:
+    """The raw handle of torch's current stream on device `index`, for a kept LaunchPlan's
+    `launch`: torch's private C accessor where there is one (one C call; torch.cuda.
+    current_stream, which LaunchPlan() reads, builds a Python Stream object per call), else
+    the public one. The ops that replay plans (attention, decode, the im2col route) read it
+    once a call."""
+    return _raw_stream()(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _raw_stream():
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
 
 
 def get_function(binary: Binary, kernel: str, device: int | None = None) -> Any:

@@ -121,7 +121,7 @@ def _stub(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device", lambda d: _Null())
     monkeypatch.setattr(torch.cuda, "current_stream",
                         lambda d=None: types.SimpleNamespace(cuda_stream=7))
-    monkeypatch.setattr(conv_op, "_current_stream", lambda index: 7, raising=False)
+    monkeypatch.setattr(conv_op, "_current_stream", lambda index: 7)
     alloc = _Allocator(torch.empty, torch.empty_strided)
     monkeypatch.setattr(torch, "empty", alloc.plain)
     monkeypatch.setattr(torch, "empty_strided", alloc.strided)
