@@ -30,16 +30,18 @@ get the recorded address back and every call would pin its tensors in the cache.
 fp8 (e4m3 weights, DeepSeek-V3 style): w13 and w2 in torch.float8_e4m3fn with float32
 dequantization scales w13_scale and w2_scale, per 128x128 block ([E, 2I/128, H/128] and
 [E, H/128, I/128]: weight = e4m3 value * the scale of its block), per expert ([E]) or per
-tensor (one element; both broadcast to blocks, a small copy per call); H and I multiples of
-128. x stays bf16: the permute quantizes each token row on its way into the padded layout
-(1x128: one scale per 128 columns, amax / 448), the gate-up and down are block-scaled fp8
+tensor (one element; both broadcast to blocks: _scale_operand); H and I multiples of 128.
+x stays bf16: the permute quantizes each token row on its way into the padded layout (1x128:
+one scale per 128 columns, amax / 448), the gate-up and down are block-scaled fp8
 grouped GEMMs (argus/kernels/moe_fp8.py: each 128-deep K block's wgmma partial promoted into
 fp32 on the CUDA cores times its two scales), h is stored bf16 and quantized 1x128 again
 before the down GEMM. reference_fp8 is the same computation in float64. No swap-AB decode
 form yet: small T runs 64-row tiles. The prefill default (FP8_PREFILL_SPLIT_SMEM_TMA) reads
 the weight scales in 16-byte TMA boxes along K: where K/128 is not a multiple of 4 (I = 768 or
-1408: the down's 6 or 11) they are zero-padded into a copy on every call, and such calls are
-not replayed (DeepSeek-V3's 56 and 16 need no copy).
+1408: the down's 6 or 11) they are zero-padded (DeepSeek-V3's 56 and 16 need no padding).
+A broadcast and/or padded scale is made once per scale tensor and version, in one copy, and
+kept (argus.ops.weight_cache: _scale_operand); block scales that need neither are read in
+place. Calls with either replay (_run).
 
 Bad input (top_k outside 1..E, mismatched shapes, dtypes, devices, non-contiguous weights)
 raises a LaunchError that says what and how to fix it. Precomputed topk_ids must lie in
@@ -65,6 +67,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL, GROUP,
                                    permute_quantize_kernel,
                                    quantize_1x128_kernel)
 from argus.ops.split_k import k_slices
+from argus.ops.weight_cache import DerivedCache
 from argus.runtime.args import check_on_one_gpu
 
 _WHO = "argus.ops.moe"
@@ -384,9 +387,9 @@ def _check_scales(x, w13, w2, w13_scale, w2_scale) -> bool:
 
 
 def _block_scales(scale, E: int, n: int, k: int):
-    """A weight scale as the kernels read it, [E, n/128, k/128] float32: block scales as they
-    are (the caller's tensor: no copy), a per-tensor or per-expert scale broadcast (a copy
-    per call, a few MB at most)."""
+    """A weight scale as [E, n/128, k/128] float32 blocks: block scales as they are (the
+    caller's tensor: no copy), a per-tensor or per-expert scale broadcast (a new tensor; used
+    by reference_fp8: the op itself takes _scale_operand's kept form)."""
     block = (E, n // 128, k // 128)
     if tuple(scale.shape) == block:
         return scale
@@ -597,12 +600,13 @@ def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "sof
 
 def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool = False,
             scratch: dict | None = None, run=None, ws: dict | None = None,
-            out=None, scales: tuple | None = None):
+            out=None, scales: tuple | None = None, operands: tuple | None = None):
     """The expert half of the layer for given routing: counts, layout, permute, both grouped
     GEMMs, combine. Returns out [T, H] bf16 (written into `out` when given). `scratch`, when
     given, receives the intermediate buffers (tests look at the layout); `ws` is the call's
     workspace (_workspace), `run` its launcher. fp8 layers (e4m3 weights) take `scales`:
-    (w13_scale, w2_scale) as argus.ops.moe takes them."""
+    (w13_scale, w2_scale) as argus.ops.moe takes them, or `operands`: those scales as the
+    GEMMs read them (_weight_scales; _run prepares them before its replay lookup)."""
     import torch
 
     run = run or _launcher(interpret)
@@ -624,7 +628,7 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
             ws["expert_start"], tile_expert, tiles)
         run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["expert_start"], pos)
     if layer.fp8:
-        _fp8_gemms(x, w13, w2, scales, layer, run, ws)
+        _fp8_gemms(x, w13, w2, operands or _weight_scales(scales, layer), layer, run, ws)
         run(R.combine_kernel(layer.top_k, BH), ws["y"], pos, weights, out)
         if scratch is not None:
             scratch.update(ws)
@@ -664,29 +668,82 @@ def _pad4(n: int) -> int:
     return -(-n // 4) * 4
 
 
-def _pitched(scale):
-    """Weight block scales [..., K/128] with K/128 padded to a multiple of 4 (16-byte row
-    pitches, the shared-memory-scale GEMMs' TMA boxes): as they are when it is one already,
-    else a zero-padded copy (the padding columns are never applied)."""
+# The fp8 GEMMs' weight-scale operands derived from the caller's scales (_scale_operand): a
+# per-tensor or per-expert scale broadcast to blocks and/or, for the shared-memory-scale GEMMs
+# (smem_scales: 16-byte TMA boxes along K), block scales with K/128 zero-padded to a multiple
+# of 4 (Qwen3-30B-A3B's down: I/128 = 6; DeepSeek-V2-Lite's and Qwen1.5-MoE's: 11). Made in
+# one copy per scale tensor and version and kept in argus.ops.weight_cache (its invariant: the
+# same scale object, by weak reference, and version counter; an in-place update, load_state_dict's
+# copy_, bumps it; not seen: a write through `scale.data`), so a model's layers derive them
+# once, not on every call, and a call keeps the addresses its replay (_run) keys on. Any
+# scale tensor is kept, not only parameters: scales are never activations, and a freed one's
+# entry goes at the next lookup. Nothing is used or kept while a CUDA graph is captured (the
+# graph captures the copy, which each replay runs again from the scales' current values) or
+# while torch.compile traces.
+_SCALES = DerivedCache("ops.moe: fp8 weight scales broadcast / 16-byte pitched")
+
+
+def _scale_operand(scale, E: int, n: int, k: int, pitched: bool):
+    """(operand, kept): a weight scale [E, n/128, k/128] as an fp8 GEMM reads it, its K/128
+    padded to a multiple of 4 when `pitched` (the smem_scales GEMMs' 16-byte row pitches;
+    the padding columns are zero and never applied). Block scales already in that form are
+    the caller's tensor, read in place (every update seen); any other form is derived once per
+    scale object and version (_derive_scale, one copy) and kept in _SCALES. `kept`: the
+    operand is the caller's tensor or a kept one, so a repeated call with the same scales,
+    unchanged, gets the same tensor (False while a graph is captured: a new copy each call)."""
+    kb = k // GROUP
+    block = (E, n // GROUP, kb)
+    width = _pad4(kb) if pitched else kb
+    if tuple(scale.shape) == block and width == kb:
+        return scale, True
+    # the scale's address in `what`: views of one stacked tensor (one per layer, one version
+    # counter) are entries of their own instead of replacing each other as "earlier versions"
+    what = ("fp8 weight scale", block, width, scale.data_ptr())
+    made = _SCALES.get(scale, what)
+    if made is not None:
+        return made, True
+    made = _derive_scale(scale, block, width)
+    _SCALES.put(scale, what, made)
+    return made, _SCALES.get(scale, what) is made
+
+
+def _derive_scale(scale, block: tuple, width: int):
+    """scale (one element, [E] or block-shaped) broadcast to `block` [E, n/128, k/128] in a
+    [E, n/128, width] float32 tensor, the columns past k/128 zero: one copy, broadcast and
+    padding together."""
     import torch
 
-    kb = scale.shape[-1]
-    if kb % 4 == 0:
-        return scale
-    return torch.nn.functional.pad(scale, (0, _pad4(kb) - kb)).contiguous()
+    kb = block[-1]
+    made = torch.empty(*block[:-1], width, dtype=torch.float32, device=scale.device)
+    src = scale.detach()   # a parameter's: the kept copy records no autograd history
+    made[..., :kb] = src if tuple(src.shape) == block else src.reshape(-1, 1, 1)
+    if width > kb:
+        made[..., kb:] = 0.0
+    return made
 
 
-def _fp8_gemms(x, w13, w2, scales, layer: Layer, run, ws: dict) -> None:
+def _weight_scales(scales, layer: Layer) -> tuple:
+    """(s13 [E, 2, I/128, H/128 or padded], s2 [E, H/128, I/128 or padded], kept): the fp8
+    gate-up's and down's weight-scale operands (_scale_operand, each padded when its GEMM
+    reads its scales through shared memory) and whether both are the same tensors a repeated
+    call gets."""
+    E, H, inter = layer.experts, layer.hidden, layer.inter
+    w13_scale, w2_scale = scales
+    s13, kept13 = _scale_operand(w13_scale, E, 2 * inter, H, layer.schedule.smem_scales)
+    s2, kept2 = _scale_operand(w2_scale, E, H, inter, layer.down.smem_scales)
+    return s13.view(E, 2, inter // GROUP, s13.shape[-1]), s2, kept13 and kept2
+
+
+def _fp8_gemms(x, w13, w2, operands, layer: Layer, run, ws: dict) -> None:
     """The fp8 expert GEMMs into ws["y"]: x quantized (1x128) on its way into the padded
     layout, the block-scaled gate-up into h (bf16, silu(gate) * up from fp32), h quantized
     (1x128), the block-scaled down into y. Padding rows are computed like any row and never
     read (their scales are never written either: NaN in the interpreter). With the gate-up's
     MoeFp8Schedule.quantize_out the gate-up's epilogue quantizes h itself (hq and hs, the
-    same bits), so there is no bf16 h and no quantize_1x128 launch."""
+    same bits), so there is no bf16 h and no quantize_1x128 launch. `operands`: the weight
+    scales as the GEMMs read them (_weight_scales)."""
     E, H, inter = layer.experts, layer.hidden, layer.inter
-    w13_scale, w2_scale = scales
-    s13 = _block_scales(w13_scale, E, 2 * inter, H).view(E, 2, inter // GROUP, H // GROUP)
-    s2 = _block_scales(w2_scale, E, H, inter)
+    s13, s2 = operands[:2]
     tile_expert, tiles, M = ws["tile_expert"], ws["tiles"], layer.padded_rows
     up, down = layer.schedule.smem_scales, layer.down.smem_scales
     run(permute_quantize_kernel(layer.top_k, k_major=up),
@@ -698,7 +755,7 @@ def _fp8_gemms(x, w13, w2, scales, layer: Layer, run, ws: dict) -> None:
     outs = (ws["hq"], ws["hs"].view(M, -1) if down else ws["hs"]) if fused else (ws["h"],)
     if up:   # K-major activation scales, weight scales 16-byte pitched (smem_scales)
         run(grouped_gemm_fp8_smem_kernel(True, fused, down), ws["xq"], w13.view(E, 2, inter, H),
-            ws["xs"].view(M, -1), _pitched(s13), tile_expert, tiles, *outs, s=layer.schedule)
+            ws["xs"].view(M, -1), s13, tile_expert, tiles, *outs, s=layer.schedule)
     else:
         run(grouped_gemm_fp8_kernel(True, fused, down), ws["xq"], w13.view(E, 2, inter, H),
             ws["xs"], s13, tile_expert, tiles, *outs, s=layer.schedule)
@@ -707,7 +764,7 @@ def _fp8_gemms(x, w13, w2, scales, layer: Layer, run, ws: dict) -> None:
             ws["hq"].view(M, inter // GROUP, GROUP), ws["hs"])
     if down:
         run(grouped_gemm_fp8_smem_kernel(False), ws["hq"], w2, ws["hs"].view(M, -1),
-            _pitched(s2), tile_expert, tiles, ws["y"], s=layer.down)
+            s2, tile_expert, tiles, ws["y"], s=layer.down)
     else:
         run(grouped_gemm_fp8_kernel(False), ws["hq"], w2, ws["hs"], s2, tile_expert, tiles,
             ws["y"], s=layer.down)
@@ -790,16 +847,20 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
         bias = ws["zero_bias"]
     # only a caller's output buffer can come back at one address: the recorded plans keep
     # their arguments alive, so a fresh output would never be allocated there again
-    # (and the kernels read the caller's scales: per-tensor scales are broadcast into a
-    # new tensor every call, which a replayed plan would not see change)
-    replayable = out is not None and (not fp8 or (
-        tuple(w13_scale.shape) == (E, two_i // GROUP, H // GROUP)
-        and tuple(w2_scale.shape) == (E, H // GROUP, two_i // 2 // GROUP)))
-    if fp8 and ((layer.schedule.smem_scales and (H // GROUP) % 4) or
-                (layer.down.smem_scales and (layer.inter // GROUP) % 4)):
-        # the weight scales are padded into a copy per call (_pitched): a replayed plan
-        # would read the first call's copy
-        replayable = False
+    replayable = out is not None
+    operands = None
+    if fp8:
+        # the weight scales as the GEMMs read them (_weight_scales), before the lookup: the
+        # key holds the addresses the plans read. Block scales in the GEMM's form are the
+        # caller's tensors (read in place: a replay sees every update); broadcast or padded
+        # ones are kept per scale object and version (_scale_operand), so an unchanged scale
+        # gives the same tensor at the same address and the call replays, while an in-place
+        # update (a version bump) derives a new one, made while the old is still kept, hence
+        # at another address: the key misses and the call launches and records anew. Any plan
+        # a key finds reads its derived scales at an address that holds, right now, the
+        # derivation from the current scales. Not kept (a copy made per call): not replayed.
+        operands = _weight_scales((w13_scale, w2_scale), layer)
+        replayable = replayable and operands[2]
     if out is None:
         out = torch.empty(T, H, dtype=torch.bfloat16, device=x.device)
     programs, key = ws.get("programs"), None
@@ -808,7 +869,7 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
             topk_ids.dtype == torch.int32 and topk_weights.dtype == torch.float32
             and topk_ids.is_contiguous() and topk_weights.is_contiguous())):
         key = (_addresses(x, w13, w2, router_logits, topk_ids, topk_weights, bias, out,
-                          w13_scale, w2_scale),
+                          *(operands[:2] if fp8 else (None, None))),
                renormalize, scoring, num_expert_group, topk_group, routed_scaling_factor)
         plans = programs.get(key)
         if plans is not None:
@@ -826,7 +887,7 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
                                        routed_scaling_factor=routed_scaling_factor,
                                        interpret=interpret, run=run, ws=ws)
     experts(x, w13, w2, topk_ids, topk_weights, layer, interpret=interpret, run=run, ws=ws,
-            out=out, scales=(w13_scale, w2_scale) if fp8 else None)
+            out=out, scales=(w13_scale, w2_scale) if fp8 else None, operands=operands)
     if record and all(plan is not None for plan in record):
         programs[key] = tuple(record)
         if len(programs) > _PROGRAMS:

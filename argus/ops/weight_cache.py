@@ -1,8 +1,9 @@
 """Tensors derived from a weight (a repack, a split into bf16 pieces, a flipped or per-phase
 copy), kept per owner and version, so a module's parameters are prepared once and not on every
 forward. One store serves every such cache (argus.compose.gemm's parameter pieces,
-argus.ops.conv's weight repacks and transposed-convolution weights), so one purge, one byte
-bound and one CUDA-graph guard hold for all of them.
+argus.ops.conv's weight repacks and transposed-convolution weights, argus.ops.matmul's tf32
+operands, argus.ops.moe's broadcast / padded fp8 weight scales), so one purge, one byte bound
+and one CUDA-graph guard hold for all of them.
 
 Invariant: a kept tensor is returned only for the same owner object (the tensor, or the base of
 a view: checked through a weak reference, so a new tensor at a freed address or id is never

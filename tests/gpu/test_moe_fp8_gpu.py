@@ -239,3 +239,50 @@ def test_moe_fp8_fused_quantize_is_bit_identical_on_the_card():
             for s in (FP8_PREFILL_SPLIT_SMEM_TMA,
                       replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True))]
     assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+
+
+@pytest.mark.parametrize("form", ["block", "tensor"])
+def test_moe_fp8_kept_scale_operands_replay_and_see_updates(form):
+    """Weight scales that need a copy (K/128 = 5 and 6 through the smem_scales default: padded;
+    a per-tensor scale: broadcast and padded) are derived once per scale tensor and version
+    (argus.ops.moe._scale_operand): a repeated call into one `out` replays its plans on the
+    kept operands, a call after an in-place update of the scales equals a fresh call on new
+    tensors bit for bit, and a captured graph re-derives them from the scales' current values
+    at each replay (tests/moe/test_moe_fp8_scale_cache.py runs the host side on the CPU)."""
+    import importlib
+
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as S
+    from argus.ops import moe
+
+    M = importlib.import_module("argus.ops.moe")
+    T, E, k, H, I = 64, 8, 2, 640, 768
+    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=31, form=form)
+    g = torch.Generator(device="cuda").manual_seed(32)
+    ids = torch.rand(T, E, generator=g, device="cuda").topk(k, dim=1).indices.int()
+    w = torch.rand(T, k, generator=g, device="cuda")
+
+    def call(out, a, b):
+        return moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, w13_scale=a,
+                   w2_scale=b, schedule=S, out=out)
+
+    out = torch.empty(T, H, dtype=torch.bfloat16, device="cuda")
+    first = call(out, s13, s2).clone()
+    programs = M._workspace(M._layer(T, H, I, E, k, S, True), x.device, False)["programs"]
+    recorded = len(programs)
+    assert recorded >= 1
+    assert torch.equal(call(out, s13, s2), first) and len(programs) == recorded   # replayed
+    s13.mul_(0.5)
+    s2.mul_(2.0)
+    updated = call(out, s13, s2).clone()
+    assert len(programs) == recorded + 1                   # the new operands: recorded anew
+    assert torch.equal(updated, call(None, s13.clone(), s2.clone()))
+    assert not torch.equal(updated, first)
+    torch.cuda.synchronize()
+    captured = torch.empty_like(out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call(captured, s13, s2)
+    s2.mul_(0.25)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, call(None, s13.clone(), s2.clone()))

@@ -60,8 +60,9 @@ def test_just_below_the_threshold_takes_the_small_tile():
 
 
 def test_weight_scales_updated_in_place_are_seen_by_the_next_call():
-    """The padded weight-scale copies (K/128 = 3) are made from the caller's tensors on every
-    call: a scale changed in place between two calls into the same `out` changes the result."""
+    """The padded weight-scale copies (K/128 = 3) are kept per scale tensor and version
+    (argus.ops.moe._scale_operand): a scale changed in place between two calls into the same
+    `out` (a version bump) is derived again and changes the result."""
     T, E, k, H, I = 256, 4, 2, 384, 384
     x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=17)
     out = torch.empty(T, H, dtype=torch.bfloat16)
