@@ -24,8 +24,9 @@ Buffers are sized from shapes only (the padded layout's worst case), never from 
 results. A decode layer is short next to the host time of its launches, so a call that
 passes its output buffer (`out=`) and repeats an earlier call's shapes, options and argument
 addresses on the same stream replays that call's prepared launch plans (_run). Without `out`
-nothing is recorded: a plan keeps its arguments alive, so a fresh output per call would never
-get the recorded address back and every call would pin its tensors in the cache.
+nothing is recorded: the plans bind raw pointers (CompiledKernel.prepare keeps no tensor), and
+a fresh output's address is whatever the caching allocator hands back, so only a caller's
+buffer is a key worth keeping (replay on fresh outputs is not built).
 
 fp8 (e4m3 weights, DeepSeek-V3 style): w13 and w2 in torch.float8_e4m3fn with float32
 dequantization scales w13_scale and w2_scale, per 128x128 block ([E, 2I/128, H/128] and
@@ -845,8 +846,8 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
         if "zero_bias" not in ws:
             ws["zero_bias"] = torch.zeros(E, dtype=torch.float32, device=x.device)
         bias = ws["zero_bias"]
-    # only a caller's output buffer can come back at one address: the recorded plans keep
-    # their arguments alive, so a fresh output would never be allocated there again
+    # only a caller's output buffer is recorded: the plans bind raw pointers (no tensor is
+    # kept), and a fresh output's address is the allocator's choice (module docstring)
     replayable = out is not None
     operands = None
     if fp8:
