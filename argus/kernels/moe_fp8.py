@@ -62,7 +62,15 @@ def _quantize_groups(x, g0, groups_total):
     Groups at or past `groups_total` (the tile's overhang past the tensor) are never stored;
     they take the floor as their amax instead of the load's fill (a 0 fill would be the max's
     identity only because |x| >= 0, which the verifier's fill.identity cannot see)."""
-    real = (g0 + ag.arange(x.shape[0]) < groups_total)[:, None]
+    return _quantize_rows(x, (g0 + ag.arange(x.shape[0]) < groups_total)[:, None])
+
+
+def _quantize_rows(x, real):
+    """quantize_1x128's formula (the module docstring) on each row of the f32 tile x: (its
+    e4m3 tile, its [rows] scales). Elements where `real` (broadcast over x) is false are the
+    tile's overhang: they take -inf, the max's identity, so no row's amax sees them (and they
+    are never stored). The one place the formula is written: the quantizers and the gate-up's
+    quantizing epilogue (`_quantize_unit`) must agree bit for bit."""
     amax = ag.maximum(ag.where(real, ag.abs_(x), float("-inf")).max(axis=1), AMAX_FLOOR)
     q = (x * (E4M3_MAX / amax)).to(ag.e4m3)
     return q, amax / E4M3_MAX
@@ -413,9 +421,9 @@ def _check_quantize(s: MoeFp8Schedule, gated: bool, quantize: bool) -> None:
     if quantize and not gated:
         raise ag.TraceError("the quantizing epilogue is the gate-up's (its h feeds the down)")
     if gated and quantize != s.quantize_out:   # the down ignores quantize_out
+        writes = "writes h in e4m3 plus its 1x128 scales" if quantize else "writes h in bf16"
         raise ag.TraceError(
-            f"this kernel {'writes h in e4m3 plus its 1x128 scales' if quantize else 'writes h in bf16'}"
-            f": the schedule has quantize_out={s.quantize_out}",
+            f"this kernel {writes}: the schedule has quantize_out={s.quantize_out}",
             fix=f"build it with quantize={s.quantize_out}")
 
 
@@ -491,11 +499,7 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False,
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
-        # n_split = 2 stores the down's halves one after the other (each bn / 2 wide)
-        staged = width if gated or s.n_split == 1 else s.piece
-        staging = Staging.alloc(s.consumers, rows, staged, ag.bf16,
-                                min(s.store_cols, staged)) \
-            if s.epilogue == "tma" and not quantize else None
+        staging = _staging(s, rows, width, gated, quantize)
         m_units = ag.load_scalar(Tiles, (0, 0))
 
         def units():
@@ -513,12 +517,7 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False,
                 scales = GroupedBlockScales(ScaleAT, ScaleW, expert, row0, n * width, rows,
                                             s.bn, gated)
                 acc = _promotion(s)(ring, k_steps, wg, scales)
-                if quantize:
-                    _quantize_unit(C, ScaleC, k_major, s, n, row0, acc)
-                elif s.n_split == 2:
-                    _store_split_unit(C, s, m, n, row0, wg, acc, staging, gated)
-                else:
-                    store_unit(C, s, m, n, row0, wg, acc, staging, gated)
+                _epilogue(C, ScaleC, quantize, k_major, s, m, n, row0, wg, acc, staging, gated)
 
     name = "moe_fp8_gate_up" if gated else "moe_fp8_down"
     # (n_split = 2 traces under the same name: the schedule keys the trace)
@@ -566,10 +565,7 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False,
         scales = SharedBlockScales.alloc(s, ScaleA, ScaleW, planes=2 if gated else None)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
-        staged = width if gated or s.n_split == 1 else s.piece
-        staging = Staging.alloc(s.consumers, rows, staged, ag.bf16,
-                                min(s.store_cols, staged)) \
-            if s.epilogue == "tma" and not quantize else None
+        staging = _staging(s, rows, width, gated, quantize)
         m_units = ag.load_scalar(Tiles, (0, 0))
 
         def units():
@@ -598,19 +594,35 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False,
                 # plane's; the down's those before its next weight block the first
                 unit = dataclasses.replace(scales, split=width) if gated else \
                     scales.for_unit(n * s.bn)
-                if s.n_split == 2:
-                    acc = split_promoted_mma(ring, k_steps, wg, unit)
-                    if quantize:
-                        _quantize_unit(C, ScaleC, k_major, s, n, row0, acc)
-                    else:
-                        _store_split_unit(C, s, m, n, row0, wg, acc, staging, gated)
-                else:
-                    acc = early_release_promoted_mma(ring, k_steps, wg, unit)
-                    store_unit(C, s, m, n, row0, wg, acc, staging, gated)
+                mma = split_promoted_mma if s.n_split == 2 else early_release_promoted_mma
+                acc = mma(ring, k_steps, wg, unit)
+                _epilogue(C, ScaleC, quantize, k_major, s, m, n, row0, wg, acc, staging, gated)
 
     name = "moe_fp8_gate_up_smem" if gated else "moe_fp8_down_smem"
     return _variant(moe_fp8_grouped_gemm_smem, name, annotations, quantize, k_major,
                     FP8_PREFILL_SPLIT_SMEM)
+
+
+def _staging(s: MoeFp8Schedule, rows: int, width: int, gated: bool, quantize: bool):
+    """The TMA-store epilogue's staging (None for the direct store, and for the quantizing
+    epilogue, which stores its 8-bit tile from registers): `width` columns a unit, but the
+    n_split = 2 down stores its halves one after the other (each bn / 2 wide)."""
+    if s.epilogue != "tma" or quantize:
+        return None
+    staged = width if gated or s.n_split == 1 else s.piece
+    return Staging.alloc(s.consumers, rows, staged, ag.bf16, min(s.store_cols, staged))
+
+
+def _epilogue(C, ScaleC, quantize: bool, k_major: bool, s: MoeFp8Schedule, m, n, row0, wg,
+              acc, staging: Staging | None, gated: bool) -> None:
+    """A unit's store, both grouped kernels: the quantizing gate-up (`_quantize_unit`), the
+    n_split = 2 halves (`_store_split_unit`), else moe's `store_unit`."""
+    if quantize:
+        _quantize_unit(C, ScaleC, k_major, s, n, row0, acc)
+    elif s.n_split == 2:
+        _store_split_unit(C, s, m, n, row0, wg, acc, staging, gated)
+    else:
+        store_unit(C, s, m, n, row0, wg, acc, staging, gated)
 
 
 def _quantize_unit(Hq, ScaleC, k_major: bool, s: MoeFp8Schedule, n, row0, acc) -> None:
@@ -625,17 +637,16 @@ def _quantize_unit(Hq, ScaleC, k_major: bool, s: MoeFp8Schedule, n, row0, acc) -
     stmatrix staging)."""
     h = silu_mul(acc[0], acc[1], s.fast_silu, s.rsqrt_silu).to(ag.bf16).to(ag.f32)
     # elements past h's end (rows past M, columns past I: neither occurs, M a multiple of bm
-    # and I of 128, but the tile's loads are masked) take -inf, the max's identity, as
-    # _quantize_groups' overhang: they are never stored and no stored row's amax sees them
+    # and I of 128, but the tile's loads are masked) are the overhang `_quantize_rows` masks
     rows = acc[0].shape[0]
     real = (row0 + ag.arange(rows) < Hq.shape[0])[:, None] & \
         (n * GROUP + ag.arange(GROUP) < Hq.shape[1])[None, :]
-    amax = ag.maximum(ag.where(real, ag.abs_(h), float("-inf")).max(axis=1), AMAX_FLOOR)
-    ag.store(Hq, (row0, n * GROUP), (h * (E4M3_MAX / amax)).to(ag.e4m3))
+    q, scale = _quantize_rows(h, real)
+    ag.store(Hq, (row0, n * GROUP), q)
     if k_major:
-        ag.store(ScaleC, (row0, n), amax / E4M3_MAX)
+        ag.store(ScaleC, (row0, n), scale)
     else:
-        ag.store(ScaleC, (n, row0), amax / E4M3_MAX, transposed=True)
+        ag.store(ScaleC, (n, row0), scale, transposed=True)
 
 
 def _store_split_unit(C, s: MoeFp8Schedule, m, n, row0, wg, acc, staging: Staging | None,
