@@ -140,18 +140,14 @@ class MoeSchedule(WarpSpecializedSchedule):
     rsqrt_silu: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
-        """The dataclass repr, with `pdl=True`, `prefetch=n` and `pdl_combine=True` last when
-        set (left out when off, so the reprs of schedules without them read as before the
-        fields existed)."""
+        """The dataclass repr, with the fields declared repr=False (pdl, prefetch, pdl_combine,
+        rsqrt_silu here; a subclass's too: MoeFp8Schedule's n_split, smem_scales,
+        quantize_out) last, in declaration order, where they differ from their defaults (left
+        out when off, so the reprs of schedules without them read as before the fields
+        existed)."""
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
-        if self.pdl:
-            shown.append("pdl=True")
-        if self.prefetch:
-            shown.append(f"prefetch={self.prefetch}")
-        if self.pdl_combine:
-            shown.append("pdl_combine=True")
-        if self.rsqrt_silu:
-            shown.append("rsqrt_silu=True")
+        shown += [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                  if not f.repr and getattr(self, f.name) != f.default]
         return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property

@@ -33,7 +33,7 @@ group per tile row, and each group's amax is a row reduction of the tile.
 import dataclasses
 import functools
 import inspect
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import argus as ag
 from argus.dtypes import DType
@@ -184,7 +184,7 @@ def permute_quantize_kernel(top_k: int, groups: int = 4, threads: int = THREADS,
 # (MoeFp8Schedule checks it; the op needs I a multiple of 128).
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)     # MoeSchedule's repr: its repr=False fields when set
 class MoeFp8Schedule(MoeSchedule):
     """The fp8 grouped GEMM's schedule: MoeSchedule's tile, ring, roles, raster and cluster
     fields with bk = 128 e4m3 (one 128-byte swizzle row: one scale block of K per stage), and
@@ -221,18 +221,6 @@ class MoeFp8Schedule(MoeSchedule):
     # the e4m3 tile is stored from registers whatever `epilogue` says (the TMA-store staging
     # is stmatrix / store_shared, 16-bit tiles only). Out of repr when False
     quantize_out: bool = field(default=False, repr=False)
-
-    def __repr__(self) -> str:
-        """The dataclass repr, with `n_split=2` and `smem_scales=True` last when set (left out
-        when off, so every schedule without them prints as before the fields existed)."""
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
-        if self.n_split != 1:
-            shown.append(f"n_split={self.n_split}")
-        if self.smem_scales:
-            shown.append("smem_scales=True")
-        if self.quantize_out:
-            shown.append("quantize_out=True")
-        return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
     def piece(self) -> int:

@@ -138,3 +138,13 @@ def test_split_builds_without_spills(gated, schedule):
     assert "232" in re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32 (\d+)", binary.ptx)
     res = binary.resource(source.name)
     assert not res.spills, res.summary()
+
+
+def test_repr_names_every_field_that_is_set():
+    """MoeFp8Schedule prints MoeSchedule's repr=False fields too (rsqrt_silu, pdl): two
+    schedules that differ only there printed alike (bench tables, agent logs)."""
+    fast = replace(FP8_PREFILL, fast_silu=True, rsqrt_silu=True)
+    assert repr(fast).endswith("late_release=False, rsqrt_silu=True)")
+    assert repr(fast) != repr(replace(fast, rsqrt_silu=False))
+    both = replace(FP8_PREFILL_SPLIT, rsqrt_silu=True, quantize_out=True)
+    assert repr(both).endswith("rsqrt_silu=True, n_split=2, quantize_out=True)")
