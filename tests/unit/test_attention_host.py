@@ -8,7 +8,6 @@ import ctypes
 import dataclasses
 import importlib
 import pstats
-import time
 import types
 
 import pytest
@@ -18,6 +17,7 @@ from argus.errors import LaunchError
 from argus.kernels.attention import LOG2E
 from argus.runtime import context, driver
 from argus.runtime.tma import TensorMap, TensorMapSpec
+from tests.host_timing import least_cpu_per_call
 
 attention_mod = importlib.import_module("argus.ops.attention")
 
@@ -175,23 +175,13 @@ def test_a_repeated_call_skips_checks_and_prepare(monkeypatch):
     # 110); check() and _check_strides alone are over 40 more
     assert per_call <= 60, f"{per_call} Python calls per repeated op call"
 
-    def timed(fn, n):
-        # CPU time of this process: the shared CPU's other sessions do not count
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.process_time()
-            for _ in range(n):
-                fn()
-            best = min(best, (time.process_time() - t0) / n)
-        return best
-
     def first_call():
         attention_mod._ENTRIES.clear()
         attention_mod._LAUNCHES.clear()
         attention_mod.attention(q, k, v)
 
-    repeated = timed(lambda: attention_mod.attention(q, k, v), 500)
-    first = timed(first_call, 100)
+    repeated = least_cpu_per_call(lambda: attention_mod.attention(q, k, v), 500)
+    first = least_cpu_per_call(first_call, 100)
     print(f"host work per call: repeated {repeated * 1e6:.1f} us, first {first * 1e6:.1f} us, "
           f"{per_call:.0f} Python calls")
     assert repeated < 0.6 * first, (repeated, first)

@@ -14,7 +14,6 @@ and a chunked batch launch with their own pointers."""
 import cProfile
 import ctypes
 import pstats
-import time
 import types
 
 import pytest
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 
 from argus.ops import conv as conv_op
 from argus.runtime import context, driver
+from tests.host_timing import least_cpu_per_call
 
 
 class _Allocator:
@@ -145,17 +145,6 @@ def _problem(case, seed=0, bias=False):
     return x, w, b, stride, padding
 
 
-def _timed(fn, n):
-    """Least of 3 rounds of CPU time of this process (other sessions do not count)."""
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.process_time()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.process_time() - t0) / n)
-    return best
-
-
 def host_profile(case, n=200):
     """(per-call CPU seconds of a repeated call, Python calls a call, pstats.Stats) of a
     repeated conv2d on `case`, stubs in place (call under a monkeypatch)."""
@@ -169,7 +158,7 @@ def host_profile(case, n=200):
         call()
     profile.disable()
     stats = pstats.Stats(profile)
-    return _timed(call, n), stats.total_calls / n, stats
+    return least_cpu_per_call(call, n), stats.total_calls / n, stats
 
 
 def _launches(fake):
@@ -213,7 +202,7 @@ def test_repeated_call_host_path_is_small(case, monkeypatch):
         gather()
         gemm()
 
-    least = _timed(floor, 100)
+    least = least_cpu_per_call(floor, 100)
     print(f"{case[0]}: {per_call * 1e6:.1f} us CPU a repeated call ({least * 1e6:.1f} us the "
           f"lookup and launches), {calls:.0f} Python calls")
     assert calls <= 85, f"{calls} Python calls a repeated call"
