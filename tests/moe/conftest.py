@@ -1,4 +1,8 @@
-"""Fixtures shared by the MoE decode tests (tests/moe/test_moe_pdl.py, test_moe_prefetch.py).
+"""Fixtures shared by the MoE tests.
+
+`stub_launches`: argus.ops.moe's launcher replaced by one that records what it would launch,
+with plans that record their replays, and workspaces kept per layer as on a GPU stream (the
+replay tests: test_moe_replay.py, test_moe_fp8_scale_cache.py).
 
 `decode_case`: one small decode layer (5 tokens, 4 experts, top-2, H = I = 128; skewed routing:
 expert 0 popular, the last never chosen, so the walk meets a zero-token expert) and a way to
@@ -9,6 +13,7 @@ inputs; they built those inputs twice."""
 from __future__ import annotations
 
 import importlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import pytest
@@ -17,6 +22,43 @@ import torch
 from tests.moe.test_moe_interp import _ids_skewed, _weights
 
 M = importlib.import_module("argus.ops.moe")
+
+
+class _Plan:
+    """A recorded launch plan: replaying it logs ("replay", kernel name, stream)."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def __call__(self, stream=None):
+        self.log.append(("replay", self.name, stream))
+
+
+def stub_launches(monkeypatch, with_args: bool = False) -> list:
+    """The log of every call's launches: ("launch", kernel name) for a launcher call (with
+    its arguments last when `with_args`), ("replay", kernel name, stream) for a replayed plan.
+    Workspaces are cached per layer with a replay table, on "stream 77"."""
+    log: list = []
+    workspaces: dict = {}
+    fresh_workspace = M._workspace
+
+    def launcher(interpret, record=None):
+        def run(kernel, *args, **constexprs):
+            log.append(("launch", kernel.name) + ((args,) if with_args else ()))
+            if record is not None:
+                record.append(_Plan(kernel.name, log))
+        return run
+
+    def workspace(layer, device, interpret):
+        if layer not in workspaces:
+            ws = fresh_workspace(layer, device, True)
+            ws.update(programs=OrderedDict(), stream=77)
+            workspaces[layer] = ws
+        return workspaces[layer]
+
+    monkeypatch.setattr(M, "_launcher", launcher)
+    monkeypatch.setattr(M, "_workspace", workspace)
+    return log
 
 
 @dataclass

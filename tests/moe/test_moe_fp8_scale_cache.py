@@ -17,7 +17,6 @@ down's), beside a K/128 = 4 GEMM whose block scales are read in place (the stub 
 form at every size; the interpreter's: four of them, at small sizes)."""
 
 import importlib
-from collections import OrderedDict
 
 import pytest
 
@@ -26,6 +25,7 @@ from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_PREFILL_SPLIT_SMEM_TMA, GROUP
 torch = pytest.importorskip("torch")
 M = importlib.import_module("argus.ops.moe")
 
+from tests.moe.conftest import stub_launches  # noqa: E402
 from tests.moe.test_moe_fp8_layer import _problem  # noqa: E402
 
 FORMS = ["tensor", "expert", "block"]
@@ -35,39 +35,12 @@ SIZE_IDS = ["k3_up", "k5_down", "k6_down"]
 SMEM = FP8_PREFILL_SPLIT_SMEM_TMA                     # the prefill default
 
 
-class _Plan:
-    def __init__(self, name, log):
-        self.name, self.log = name, log
-
-    def __call__(self, stream=None):
-        self.log.append(("replay", self.name, ()))
-
-
 @pytest.fixture
 def launches(monkeypatch):
-    """Each call's launches: ("launch", kernel name, args) or ("replay", kernel name, ()).
-    Workspaces are cached per layer with a replay table, as on a GPU stream. The scale cache
-    starts empty."""
-    log = []
-    workspaces = {}
-    fresh_workspace = M._workspace
-
-    def launcher(interpret, record=None):
-        def run(kernel, *args, **constexprs):
-            log.append(("launch", kernel.name, args))
-            if record is not None:
-                record.append(_Plan(kernel.name, log))
-        return run
-
-    def workspace(layer, device, interpret):
-        if layer not in workspaces:
-            ws = fresh_workspace(layer, device, True)
-            ws.update(programs=OrderedDict(), stream=77)
-            workspaces[layer] = ws
-        return workspaces[layer]
-
-    monkeypatch.setattr(M, "_launcher", launcher)
-    monkeypatch.setattr(M, "_workspace", workspace)
+    """Each call's launches (tests/moe/conftest.py `stub_launches`): ("launch", kernel name,
+    args) or ("replay", kernel name, stream). Workspaces are cached per layer with a replay
+    table, as on a GPU stream. The scale cache starts empty."""
+    log = stub_launches(monkeypatch, with_args=True)
     _clear()
     yield log
     _clear()

@@ -13,40 +13,14 @@ import torch
 
 M = importlib.import_module("argus.ops.moe")
 
-
-class _Plan:
-    def __init__(self, name, log):
-        self.name, self.log = name, log
-
-    def __call__(self, stream=None):
-        self.log.append(("replay", self.name, stream))
+from tests.moe.conftest import stub_launches  # noqa: E402
 
 
 @pytest.fixture
 def launches(monkeypatch):
-    """The launches of each call: ("launch", kernel) for a launcher call, ("replay", kernel,
-    stream) for a replayed plan. Workspaces are cached per layer (on "stream 77")."""
-    log = []
-    workspaces = {}
-    fresh_workspace = M._workspace
-
-    def launcher(interpret, record=None):
-        def run(kernel, *args, **constexprs):
-            log.append(("launch", kernel.name))
-            if record is not None:
-                record.append(_Plan(kernel.name, log))
-        return run
-
-    def workspace(layer, device, interpret):
-        if layer not in workspaces:
-            ws = fresh_workspace(layer, device, True)
-            ws.update(programs=OrderedDict(), stream=77)
-            workspaces[layer] = ws
-        return workspaces[layer]
-
-    monkeypatch.setattr(M, "_launcher", launcher)
-    monkeypatch.setattr(M, "_workspace", workspace)
-    return log
+    """The launches of each call (tests/moe/conftest.py `stub_launches`): ("launch", kernel)
+    for a launcher call, ("replay", kernel, stream) for a replayed plan, on "stream 77"."""
+    return stub_launches(monkeypatch)
 
 
 OUT = torch.empty(2, 64, dtype=torch.bfloat16)   # the caller's output buffer
