@@ -17,7 +17,11 @@ batch 32 x 8k keys / batch 1 x 32k keys, against torch SDPA's cuDNN backend), ge
 default against torch.matmul, 4096^3), prefill2k / prefill8k (argus.ops.attention's default
 schedule, hd128, 16 heads, 16k tokens: batch 8 x 2048 / 2 x 8192, no mask, against cuDNN),
 prefill64_4k (the same at hd64, 32 heads, batch 4 x 4096), fp8prefill8k (prefill8k plus
-argus.ops.attention_fp8 on the e4m3 copies, V given transposed). The xu% / fma% / alu%
+argus.ops.attention_fp8 on the e4m3 copies, V given transposed), moefp8 (argus.ops.moe's fp8
+block-scaled layer at DeepSeek-V3 T = 16384, every kernel of the layer; beside it
+argus.ops.scaled_matmul's dense block-scaled GEMM at the gate-up's and the down's shapes
+(M = the routed rows: does the grouped walk lose to the dense one?) and torch._scaled_mm at the
+same shapes; profile only the GEMMs with ncu's --kernel-name regex:"fp8|gemm|scaled"). The xu% / fma% / alu%
 columns are the MUFU (exp2), FMA and ALU pipes' busy shares: the softmax's pipes.
 --summarize prints one line per kernel: duration,
 DRAM and L2 throughput, tensor-pipe use, issue slots, and the top stall reasons.
@@ -110,6 +114,8 @@ def run_case(case: str) -> None:
         calls = [("pingpong", lambda: argus.ops.matmul(a, b, out, schedule=pp)),
                  ("coop", lambda: argus.ops.matmul(a, b, out, schedule=coop)),
                  ("cublas", lambda: torch.matmul(a, b))]
+    elif case == "moefp8":
+        calls = moe_fp8_calls()
     else:
         raise SystemExit(f"unknown case {case!r}")
     for _, fn in calls:          # builds, plans and heuristics outside the profiled range
@@ -123,6 +129,43 @@ def run_case(case: str) -> None:
         torch.cuda.nvtx.range_pop()
     torch.cuda.profiler.stop()
     print(f"# {case}: profiled " + ", ".join(n for n, _ in calls), file=sys.stderr)
+
+
+def moe_fp8_calls() -> list:
+    """DeepSeek-V3's fp8 MoE layer at T = 16384 (the bench's weights and routing), and the
+    dense block-scaled GEMMs of the same M, N, K as its two grouped GEMMs."""
+    import torch
+
+    import argus.ops
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    from gpu_moe_bench import MODELS, fp8_weights
+
+    E, k, H, I, routing = MODELS["deepseek-v3"]
+    _, groups, topk_groups, rscale = routing
+    T = 16384
+    g = torch.Generator(device="cuda").manual_seed(16)
+    w13, s13, w2, s2, d13, d2 = fp8_weights(E, H, I, g)
+    del d13, d2
+    bias = torch.randn(E, generator=g, device="cuda") * 0.1
+    x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
+    logits = torch.randn(T, E, generator=g, device="cuda")
+
+    def layer():
+        return argus.ops.moe(x, w13, w2, logits, k, scoring="sigmoid",
+                             e_score_correction_bias=bias, num_expert_group=groups,
+                             topk_group=topk_groups, routed_scaling_factor=rscale,
+                             w13_scale=s13, w2_scale=s2)
+    calls = [("moe-fp8", layer)]
+    rows = T * k
+    for label, (n, kk) in {"gate-up": (2 * I, H), "down": (H, I)}.items():
+        a = (torch.randn(rows, kk, device="cuda") / 4).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, kk, device="cuda") / 4).to(torch.float8_e4m3fn)
+        sa = torch.rand(rows, kk // 128, device="cuda") + 0.5
+        sb = torch.rand(n // 128, kk // 128, device="cuda") + 0.5
+        out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+        calls.append((f"dense-{label}", lambda a=a, b=b, sa=sa, sb=sb, out=out:
+                      argus.ops.scaled_matmul(a, b, sa, sb, out=out)))
+    return calls
 
 
 def summarize(path: str) -> None:
@@ -163,7 +206,8 @@ def summarize(path: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=["decode32", "decode1", "gemm4096", "prefill2k",
-                                           "prefill8k", "prefill64_4k", "fp8prefill8k"])
+                                           "prefill8k", "prefill64_4k", "fp8prefill8k",
+                                           "moefp8"])
     parser.add_argument("--summarize", metavar="CSV")
     args = parser.parse_args()
     if args.summarize:
