@@ -1006,7 +1006,15 @@ def fp8_variants() -> dict:
             # keeps split_smem_tma). Not measured on a GPU yet
             "split_smem_tma_fusedq": replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True),
             "split_smem_fusedq4": (replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True,
-                                           stages=4), FP8_PREFILL_SPLIT_SMEM_TMA)}
+                                           stages=4), FP8_PREFILL_SPLIT_SMEM_TMA),
+            # the default's gate-up with the bf16 rule's SiLU (rsqrt_silu: no IEEE division,
+            # none of its 64 slow-path CALLs; -6.4% on the bf16 gate-up, docs/perf/moe.md),
+            # and fast_silu on top; and both with the fused quantize
+            "split_smem_tma_rsqrt": replace(FP8_PREFILL_SPLIT_SMEM_TMA, rsqrt_silu=True),
+            "split_smem_tma_fast_rsqrt": replace(FP8_PREFILL_SPLIT_SMEM_TMA, rsqrt_silu=True,
+                                                 fast_silu=True),
+            "split_smem_tma_fusedq_rsqrt": replace(FP8_PREFILL_SPLIT_SMEM_TMA, rsqrt_silu=True,
+                                                   quantize_out=True)}
 
 
 # --fp8-only: the fp8 variants timed (all of fp8_variants() when empty); each of them also gets
