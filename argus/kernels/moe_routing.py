@@ -200,15 +200,27 @@ def _one_hot(ids, be: int):
     return ids[:, None] == ag.arange(be)[None, :]
 
 
-def _store_tile_experts(TileExpert, start, tiles, num_experts) -> None:
+def _store_tile_experts(TileExpert, start, tiles, num_experts, rows=None) -> None:
     """TileExpert[m] = the expert of m-tile m, -1 past the last: how many segments (of experts
-    < E, segment e = tiles [start[e], start[e] + tiles[e])) end at or before m."""
+    < E, segment e = tiles [start[e], start[e] + tiles[e])) end at or before m. rows = (TileRows,
+    counts, bm): TileRows[m] = the routed (non-padding) rows of m-tile m as well, 1..bm inside
+    a segment (its last m-tile: count - (tiles - 1) bm; the others bm), 0 past the last
+    (`tile_rows`: what lets the grouped GEMMs skip a warpgroup's all-padding rows,
+    MoeSchedule.skip_pad_halves)."""
     cols = ag.arange(start.shape[1])[None, :]
     end = start + tiles
     for m0 in ag.range(0, TileExpert.shape[0], EB):
         m = ag.arange(EB)[:, None] + m0                                # [EB, 1]
         expert = _indicator((end <= m) & (cols < num_experts)).sum(axis=1)
         ag.store(TileExpert, (m0, 0), ag.where(expert < num_experts, expert, -1))
+        if rows is not None:
+            TileRows, counts, bm = rows
+            # the routed rows of segment e past m-tile m's first row: start[e] bm + count[e]
+            # (the segment's first padding row) - m bm, at most bm; only m's own segment
+            # (start[e] <= m < end[e], so it is >= 1 there) adds to the row sum
+            left = ag.minimum((start - m) * bm + counts, bm)
+            mine = (start <= m) & (m < end) & (cols < num_experts)
+            ag.store(TileRows, (m0, 0), ag.where(mine, left, 0).sum(axis=1))
 
 
 def _positions_step(Ids, Peers, Pos, at, base, be: int):
@@ -265,17 +277,17 @@ def scan_kernel(be: int) -> ag.KernelFunction:
 
 
 @functools.lru_cache(maxsize=None)
-def layout_kernel(be: int, bm: int) -> ag.KernelFunction:
+def layout_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunction:
     """One CTA, from the per-expert totals: the padded segments expert_start[0, e] (rows,
     multiples of bm), tiles[0, 0] = the m-tiles of all segments, and tile_expert[m, 0] = the
-    expert of m-tile m (-1 past the last segment)."""
+    expert of m-tile m (-1 past the last segment). tile_rows: one more output after tiles,
+    TileRows [MT, 1], the routed rows of each m-tile (_store_tile_experts; 0 past the last),
+    for the grouped GEMMs' MoeSchedule.skip_pad_halves."""
 
     # TotalsCol is the totals again as one column ([E, 1]): the prefix sum over experts pairs
     # each expert (a column of the tile) with the earlier ones (rows), EB of them per step.
     # ExpertStart names its dim apart ("ES"): its value at e sums other experts' tiles.
-    def moe_layout(Totals: ag.Tensor[1, "E", ag.i32], TotalsCol: ag.Tensor["EC", 1, ag.i32],
-                   ExpertStart: ag.Tensor[1, "ES", ag.i32], TileExpert: ag.Tensor["MT", 1, ag.i32],
-                   Tiles: ag.Tensor[1, 1, ag.i32]):
+    def layout(Totals, TotalsCol, ExpertStart, TileExpert, Tiles, TileRows):
         (pid,) = ag.grid(1)
         E = Totals.shape[1]
         ag.tag_assume(lambda: ag.tag_all(ag.sym(TotalsCol.shape[0]) == ag.sym(E),
@@ -292,7 +304,25 @@ def layout_kernel(be: int, bm: int) -> ag.KernelFunction:
             start = start + ag.where(earlier < cols, block, 0).sum(axis=0)
         ag.store(ExpertStart, (0, 0), start * bm)
         ag.store(Tiles, (0, 0), tiles.sum(axis=1))
-        _store_tile_experts(TileExpert, start, tiles, E)
+        rows = None if TileRows is None else \
+            (TileRows, ag.where(cols < E, ag.load(Totals, (0, 0), (1, be)), 0), bm)
+        _store_tile_experts(TileExpert, start, tiles, E, rows)
+
+    if tile_rows:
+        def moe_layout_rows(Totals: ag.Tensor[1, "E", ag.i32],
+                            TotalsCol: ag.Tensor["EC", 1, ag.i32],
+                            ExpertStart: ag.Tensor[1, "ES", ag.i32],
+                            TileExpert: ag.Tensor["MT", 1, ag.i32],
+                            Tiles: ag.Tensor[1, 1, ag.i32],
+                            TileRows: ag.Tensor["MT", 1, ag.i32]):
+            layout(Totals, TotalsCol, ExpertStart, TileExpert, Tiles, TileRows)
+
+        return ag.kernel(moe_layout_rows, threads=128, name=f"moe_layout_rows_{be}_{bm}")
+
+    def moe_layout(Totals: ag.Tensor[1, "E", ag.i32], TotalsCol: ag.Tensor["EC", 1, ag.i32],
+                   ExpertStart: ag.Tensor[1, "ES", ag.i32], TileExpert: ag.Tensor["MT", 1, ag.i32],
+                   Tiles: ag.Tensor[1, 1, ag.i32]):
+        layout(Totals, TotalsCol, ExpertStart, TileExpert, Tiles, None)
 
     return ag.kernel(moe_layout, threads=128, name=f"moe_layout_{be}_{bm}")
 
@@ -319,20 +349,16 @@ def positions_kernel(be: int) -> ag.KernelFunction:
 
 
 @functools.lru_cache(maxsize=None)
-def layout_small_kernel(be: int, bm: int) -> ag.KernelFunction:
+def layout_small_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunction:
     """One CTA, for a few entries (decode: at most SMALL_ENTRIES): count, scan, layout and
     positions above in one launch, since a decode layer is bound by its launches, not by
     these few steps. The counts are one chunk's, so the scan has nothing to add; the prefix
     over experts takes each block of EB experts' tile counts as a column by summing the
     diagonal of an [EB, BE] tile (layout_kernel loads that column from memory instead).
     Outputs as the four kernels': expert_start [1, E], tile_expert [MT, 1], tiles [1, 1],
-    pos [N, 1]."""
+    pos [N, 1]; tile_rows: then TileRows [MT, 1] (layout_kernel's)."""
 
-    # Peers: the ids again under their own dim (see positions_kernel)
-    def moe_layout_small(Ids: ag.Tensor["N", ag.i32], Peers: ag.Tensor["NP", ag.i32],
-                         ExpertStart: ag.Tensor[1, "E", ag.i32],
-                         TileExpert: ag.Tensor["MT", 1, ag.i32], Tiles: ag.Tensor[1, 1, ag.i32],
-                         Pos: ag.Tensor["N", 1, ag.i32]):
+    def layout(Ids, Peers, ExpertStart, TileExpert, Tiles, Pos, TileRows):
         (pid,) = ag.grid(1)
         E, N = ExpertStart.shape[1], Ids.shape[0]
         cols = ag.arange(be)[None, :]
@@ -350,12 +376,32 @@ def layout_small_kernel(be: int, bm: int) -> ag.KernelFunction:
             start = start + ag.where(earlier < cols, block, 0).sum(axis=0)
         ag.store(ExpertStart, (0, 0), start * bm)
         ag.store(Tiles, (0, 0), tiles.sum(axis=1))
-        _store_tile_experts(TileExpert, start, tiles, E)
+        _store_tile_experts(TileExpert, start, tiles, E,
+                            None if TileRows is None else (TileRows, counts, bm))
         # pos: segment start + earlier entries of the same expert (earlier steps, then the
         # rank inside the step)
         base = start * bm
         for s in ag.range(0, N, SUB):
             base = _positions_step(Ids, Peers, Pos, s, base, be)
+
+    if tile_rows:
+        def moe_layout_small_rows(Ids: ag.Tensor["N", ag.i32], Peers: ag.Tensor["NP", ag.i32],
+                                  ExpertStart: ag.Tensor[1, "E", ag.i32],
+                                  TileExpert: ag.Tensor["MT", 1, ag.i32],
+                                  Tiles: ag.Tensor[1, 1, ag.i32],
+                                  Pos: ag.Tensor["N", 1, ag.i32],
+                                  TileRows: ag.Tensor["MT", 1, ag.i32]):
+            layout(Ids, Peers, ExpertStart, TileExpert, Tiles, Pos, TileRows)
+
+        return ag.kernel(moe_layout_small_rows, threads=128,
+                         name=f"moe_layout_small_rows_{be}_{bm}")
+
+    # Peers: the ids again under their own dim (see positions_kernel)
+    def moe_layout_small(Ids: ag.Tensor["N", ag.i32], Peers: ag.Tensor["NP", ag.i32],
+                         ExpertStart: ag.Tensor[1, "E", ag.i32],
+                         TileExpert: ag.Tensor["MT", 1, ag.i32], Tiles: ag.Tensor[1, 1, ag.i32],
+                         Pos: ag.Tensor["N", 1, ag.i32]):
+        layout(Ids, Peers, ExpertStart, TileExpert, Tiles, Pos, None)
 
     return ag.kernel(moe_layout_small, threads=128, name=f"moe_layout_small_{be}_{bm}")
 
