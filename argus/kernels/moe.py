@@ -138,6 +138,20 @@ class MoeSchedule(WarpSpecializedSchedule):
     # h's bf16 rounding (2^-9). With fast_silu the SiLU is two MUFU (EX2, RSQ) and four FMA-pipe
     # instructions, branch-free. In repr only when set (as pdl)
     rsqrt_silu: bool = field(default=False, repr=False)
+    # prefill: a consumer warpgroup whose rows of the unit's m-tile are all padding skips the
+    # unit's wgmma, promotion and epilogue (`consume_unit`). With bm = 128 and two consumers
+    # that is the second warpgroup of an expert's last m-tile when it has <= 64 routed rows
+    # (with cluster_m = 2 also both of the pair's second CTA when the 256-row unit has <= 128);
+    # the warpgroup still waits for each K step's stage and releases it (the ring's empty
+    # barrier counts every consumer's arrival), so the ring stays in step and the working
+    # warpgroup has the tensor cores to itself. The routed rows of each m-tile come from
+    # routing (moe_routing's tile_rows: TileRows [MT, 1], written by the layout kernel on the
+    # device), a kernel argument after Tiles (the kernels' tile_rows=True variant). The
+    # skipped rows of the output are padding rows: never written, never read as real data
+    # (the combine reads routed rows only; every later kernel works row by row, so a padding
+    # row's garbage stays in padding rows). Off by default until timed on a GPU
+    # (docs/perf/moe.md); in repr only when set (as pdl)
+    skip_pad_halves: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
         """The dataclass repr, with the fields declared repr=False (pdl, prefetch, pdl_combine,
@@ -196,6 +210,10 @@ class MoeSchedule(WarpSpecializedSchedule):
         if self.fused_finish and not self.swap_ab:
             problems.append("fused_finish is the decode gate-up's in-kernel split finish: it "
                             "needs swap_ab")
+        if self.skip_pad_halves and (self.swap_ab or self.pingpong):
+            problems.append("skip_pad_halves skips a cooperative consumer warpgroup's padding "
+                            "rows of a prefill m-tile: it needs swap_ab=False and "
+                            "pingpong=False")
         if not 1 <= self.split_k <= MAX_SPLITS or (self.split_k > 1 and not self.swap_ab):
             problems.append(f"split_k={self.split_k}: 1..{MAX_SPLITS} K slices, more than one "
                             f"only with swap_ab (decode)")
@@ -281,8 +299,8 @@ def silu_mul(gate, up, fast: bool = False, rsqrt: bool = False):
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_gemm_kernel(gated: bool, partial: bool = False,
-                        fused: bool = False) -> ag.KernelFunction:
+def grouped_gemm_kernel(gated: bool, partial: bool = False, fused: bool = False,
+                        tile_rows: bool = False) -> ag.KernelFunction:
     """The grouped GEMM over the contiguous layout: gate-up with SiLU * up (gated) or down.
     partial (decode with split_k > 1): A and W are K-slice views with the slice s in front
     (A [S, M, K/S], W [S, E, .., K/S]: slice s of K, as argus.ops.matmul's split-K), and C
@@ -292,10 +310,17 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False,
     MoeSchedule.fused_finish): two more arguments, H [M, NC] bf16 and Count [MT, NT] int32
     (one self-resetting arrival counter per (token tile, 64-column weight tile), zero before
     the first call): the slice that arrives last at its unit adds the slices' partial sums up
-    and stores h = silu(gate) * up into H, so no split finish kernel runs."""
+    and stores h = silu(gate) * up into H, so no split finish kernel runs. tile_rows (the
+    prefill kernels with MoeSchedule.skip_pad_halves): one more argument after Tiles,
+    TileRows [MT, 1] int32, the routed rows of each m-tile (moe_routing's layout kernels with
+    tile_rows=True), which lets a consumer warpgroup skip its all-padding rows
+    (`consume_unit`)."""
     if fused and not (gated and partial):
         raise ValueError("fused: the partial gate-up's in-kernel split finish "
                          "(grouped_gemm_kernel(True, True, True))")
+    if tile_rows and partial:
+        raise ValueError("tile_rows: the prefill kernels' skip of all-padding rows "
+                         "(MoeSchedule.skip_pad_halves); the partial kernels are decode's")
 
     # gate-up: w13 [E, 2I, H] viewed as [E, 2, I, H] (gate, up), so a B tile's two halves are
     # boxes at the same row coordinate of the two planes
@@ -312,7 +337,20 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False,
                          Tiles: ag.Tensor[1, 1, ag.i32],
                          C: ag.Tensor[(*c_dims, c_type)],
                          s: MoeSchedule = PREFILL):
+        grouped(A, W, TileExpert, Tiles, None, C, s)
+
+    def moe_grouped_gemm_rows(A: ag.Tensor["M", "K", ag.bf16],
+                              W: ag.Tensor[(*w_dims, ag.bf16)],
+                              TileExpert: ag.Tensor["MT", 1, ag.i32],
+                              Tiles: ag.Tensor[1, 1, ag.i32],
+                              TileRows: ag.Tensor["MT", 1, ag.i32],
+                              C: ag.Tensor["M", "NC", ag.bf16],
+                              s: MoeSchedule = PREFILL):
+        grouped(A, W, TileExpert, Tiles, TileRows, C, s)
+
+    def grouped(A, W, TileExpert, Tiles, TileRows, C, s: MoeSchedule):
         _tag_layout(A, W, TileExpert, s.pad, gated, partial)
+        check_tile_rows(s, TileRows)
         if partial != (s.split_k > 1):
             raise ag.TraceError(f"MoeSchedule(split_k={s.split_k}) needs the "
                                 f"{'partial-sum' if s.split_k > 1 else 'bf16'} kernel",
@@ -358,11 +396,18 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False,
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for m, n, _ in units(False):
-                acc = ring.mma(k_steps, wg)
-                row0 = m * s.bm + wg * rows
-                store_unit(C, s, m, n, row0, wg, acc, staging, gated)
+                def work(m=m, n=n):
+                    acc = ring.mma(k_steps, wg)
+                    row0 = m * s.bm + wg * rows
+                    store_unit(C, s, m, n, row0, wg, acc, staging, gated)
+
+                consume_unit(ring, k_steps, s, TileRows, m, wg, work)
 
     name = ("moe_gate_up" if gated else "moe_down") + ("_partial" if partial else "")
+    if tile_rows:
+        # as below: C is written for the units routing counted only, and of those for the
+        # warpgroups' rows holding routed rows (skip_pad_halves)
+        return ag.kernel(moe_grouped_gemm_rows, name=name + "_rows", partial_outputs=("C",))
     if fused:
         def moe_gate_up_fused(A: ag.Tensor[("S", "M", "K", ag.bf16)],
                               W: ag.Tensor[("S", "E", 2, "NC", "K", ag.bf16)],
@@ -393,6 +438,57 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False,
     # C is written for the units routing counted only: the layout's worst-case rows past
     # them are never written (nor read), on purpose
     return ag.kernel(moe_grouped_gemm, name=name, partial_outputs=("C",))
+
+
+def check_tile_rows(s: MoeSchedule, TileRows) -> None:
+    """The kernel's TileRows argument (its tile_rows variant) and the schedule's
+    skip_pad_halves go together: every prefill grouped GEMM (bf16 and fp8)."""
+    if s.skip_pad_halves and TileRows is None:
+        raise ag.TraceError("skip_pad_halves reads each m-tile's routed rows from TileRows: "
+                            "this kernel has no such argument",
+                            fix="build the kernel with tile_rows=True and pass routing's "
+                                "TileRows after Tiles")
+    if TileRows is not None and not s.skip_pad_halves:
+        raise ag.TraceError("this kernel takes TileRows for skip_pad_halves: the schedule has "
+                            "skip_pad_halves=False",
+                            fix="build it with tile_rows=False, or pass "
+                                "MoeSchedule(..., skip_pad_halves=True)")
+
+
+def routed_rows(TileRows, s: MoeSchedule, m, wg):
+    """(the routed rows of m-tile m's unit, the first row of consumer warpgroup wg's rows
+    inside that unit): TileRows counts per unit of s.pad rows (tile_expert's index: with
+    cluster_m = 2 a unit is the pair's two m-tiles, m-tile m its (m % 2)-th), so wg's rows
+    hold a routed row exactly when the first number exceeds the second (a segment's routed
+    rows come first, its padding after them)."""
+    rows = s.bm // s.consumers
+    cs = s.cluster_m
+    unit = m // cs if cs > 1 else m
+    first = (m - unit * cs) * s.bm + wg * rows if cs > 1 else wg * rows
+    return ag.load_scalar(TileRows, (unit, 0)), first
+
+
+def consume_unit(ring: OperandRing, k_steps, s: MoeSchedule, TileRows, m, wg, work) -> None:
+    """A consumer warpgroup's share of a prefill unit on m-tile m, every grouped GEMM (bf16
+    and fp8): work() (its wgmma, promotion and epilogue), or with MoeSchedule.skip_pad_halves,
+    where its rows of the m-tile are all padding (`routed_rows`), the ring protocol only: each
+    of the unit's k_steps stages waited for and released, since the stage's empty barrier
+    counts a release from every consumer warpgroup (the producer refills it when all have
+    arrived). Nothing is computed or stored for those rows; the epilogue's staging is each
+    warpgroup's own (Staging.slot), so no other warpgroup waits on this one's stores."""
+    if not s.skip_pad_halves:
+        work()
+        return
+    routed, first = routed_rows(TileRows, s, m, wg)
+    # one difference, compared twice: the verifier's step count sees the two guards as
+    # complements (a term and its negation), so this warpgroup consumes k_steps either way
+    spare = routed - first
+    with ag.when(spare > 0):
+        work()
+    with ag.when(spare <= 0):   # all padding: release the unit's stages unread
+        for _ in ag.range(k_steps):
+            with ring.pipe.consume():
+                pass
 
 
 def produce_units(ring: OperandRing, units, A, W, s: MoeSchedule, k_steps, gated: bool,

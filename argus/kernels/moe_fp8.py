@@ -43,7 +43,8 @@ from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SC
                                     overlapped_promoted_mma, promoted_mma, split_promoted_mma,
                                     weight_blocks_spanned)
 from argus.kernels.moe import (MoeSchedule, _store_gated_staged, _tag_layout, _walk,
-                               produce_units, silu_mul, store_unit)
+                               check_tile_rows, consume_unit, produce_units, silu_mul,
+                               store_unit)
 from argus.kernels.moe_routing import tag_positions
 from argus.kernels.warp_specialized import OperandRing, Staging, Unit, store_tile_staged
 
@@ -427,21 +428,24 @@ def _check_gate_up_tile(s: MoeFp8Schedule, gated: bool) -> None:
 
 
 def _variant(body, name: str, params: dict, quantize: bool, k_major: bool,
-             default: MoeFp8Schedule):
+             default: MoeFp8Schedule, tile_rows: bool = False):
     """The kernel function of a grouped fp8 GEMM body(A, W, scales of A, ScaleW, TileExpert,
-    Tiles, C, ScaleC, s), its parameters `params` (name: annotation) then C bf16
-    (quantize=False, ScaleC None), or C e4m3 plus ScaleC, h's 1x128 scales (MN-major
-    [KBC, MSC], or K-major [MSC, KBC]: the layout the down's schedule reads, k_major),
-    written by the gate-up's quantizing epilogue."""
+    Tiles, C, ScaleC, s, TileRows), its parameters `params` (name: annotation), then TileRows
+    [MT, 1] int32 when tile_rows (moe.consume_unit: MoeSchedule.skip_pad_halves; else the
+    body gets None), then C bf16 (quantize=False, ScaleC None), or C e4m3 plus ScaleC, h's
+    1x128 scales (MN-major [KBC, MSC], or K-major [MSC, KBC]: the layout the down's schedule
+    reads, k_major), written by the gate-up's quantizing epilogue."""
     P = inspect.Parameter
+    names = list(params) + ["C"]
+    if tile_rows:
+        params = dict(params, TileRows=ag.Tensor["MT", 1, ag.i32])
     out = dict(params, C=ag.Tensor["M", "NC", ag.e4m3 if quantize else ag.bf16])
     if quantize:
         out["ScaleC"] = ag.Tensor["MSC", "KBC", ag.f32] if k_major else \
             ag.Tensor["KBC", "MSC", ag.f32]
-    names = list(params) + ["C"]
 
     def fn(**kw):
-        body(*(kw[p] for p in names), kw.get("ScaleC"), kw["s"])
+        body(*(kw[p] for p in names), kw.get("ScaleC"), kw["s"], kw.get("TileRows"))
 
     fn.__signature__ = inspect.Signature(
         [P(p, P.POSITIONAL_OR_KEYWORD, annotation=a) for p, a in out.items()]
@@ -449,20 +453,24 @@ def _variant(body, name: str, params: dict, quantize: bool, k_major: bool,
     fn.__annotations__ = {**out, "s": MoeFp8Schedule}
     fn.__name__ = fn.__qualname__ = body.__name__
     fn.__module__ = body.__module__
-    # the scales of the units routing counted only, as C (quantize_1x128 writes every row's)
-    return ag.kernel(fn, name=name + (("_qk" if k_major else "_q") if quantize else ""),
+    # the scales of the units routing counted only, as C (quantize_1x128 writes every row's);
+    # with tile_rows, of the warpgroups' rows that hold routed rows
+    return ag.kernel(fn, name=name + (("_qk" if k_major else "_q") if quantize else "")
+                     + ("_rows" if tile_rows else ""),
                      partial_outputs=("C", "ScaleC") if quantize else ("C",))
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False,
-                            k_major: bool = False) -> ag.KernelFunction:
+def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool = False,
+                            tile_rows: bool = False) -> ag.KernelFunction:
     """The block-scaled fp8 grouped GEMM over the contiguous layout (see above): gate-up
     (gated: h = silu(gate) * up, bf16) or down (y, bf16), with A [M, K] e4m3 and its
     MN-major 1x128 scales, W e4m3 ([E, 2, I, H] gated, else [E, N, K]) and its 128x128 block
     scales, tile_expert / tiles from routing. quantize (the gate-up with
     MoeFp8Schedule.quantize_out): h in e4m3 and ScaleC, its 1x128 scales (K-major when
-    k_major: the smem-scale down's layout), after C (`_quantize_unit`)."""
+    k_major: the smem-scale down's layout), after C (`_quantize_unit`). tile_rows (with
+    MoeSchedule.skip_pad_halves): TileRows [MT, 1], the routed rows of each m-tile, after
+    Tiles (moe.consume_unit)."""
     w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
     s_dims = ("E", 2, "NB", "KB") if gated else ("E", "NB", "KB")
     annotations = dict(A=ag.Tensor["M", "K", ag.e4m3], W=ag.Tensor[(*w_dims, ag.e4m3)],
@@ -471,8 +479,9 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False,
                        TileExpert=ag.Tensor["MT", 1, ag.i32], Tiles=ag.Tensor[1, 1, ag.i32])
 
     def moe_fp8_grouped_gemm(A, W, ScaleAT, ScaleW, TileExpert, Tiles, C, ScaleC,
-                             s: MoeFp8Schedule):
+                             s: MoeFp8Schedule, TileRows):
         _check_quantize(s, gated, quantize)
+        check_tile_rows(s, TileRows)
         _tag_layout(A, W, TileExpert, s.pad, gated)
         _check_gate_up_tile(s, gated)
         K = A.shape[1]
@@ -501,21 +510,26 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False,
         # the consumers read the unit's expert too: it indexes the weight scales
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for m, n, expert in units():
-                row0 = m * s.bm + wg * rows
-                scales = GroupedBlockScales(ScaleAT, ScaleW, expert, row0, n * width, rows,
-                                            s.bn, gated)
-                acc = _promotion(s)(ring, k_steps, wg, scales)
-                _epilogue(C, ScaleC, quantize, k_major, s, m, n, row0, wg, acc, staging, gated)
+                def work(m=m, n=n, expert=expert):
+                    row0 = m * s.bm + wg * rows
+                    scales = GroupedBlockScales(ScaleAT, ScaleW, expert, row0, n * width,
+                                                rows, s.bn, gated)
+                    acc = _promotion(s)(ring, k_steps, wg, scales)
+                    _epilogue(C, ScaleC, quantize, k_major, s, m, n, row0, wg, acc, staging,
+                              gated)
+
+                consume_unit(ring, k_steps, s, TileRows, m, wg, work)
 
     name = "moe_fp8_gate_up" if gated else "moe_fp8_down"
     # (n_split = 2 traces under the same name: the schedule keys the trace)
     # as the bf16 grouped GEMM: C is written for the units routing counted only
-    return _variant(moe_fp8_grouped_gemm, name, annotations, quantize, k_major, FP8_PREFILL)
+    return _variant(moe_fp8_grouped_gemm, name, annotations, quantize, k_major, FP8_PREFILL,
+                    tile_rows)
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False,
-                                 k_major: bool = True) -> ag.KernelFunction:
+def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: bool = True,
+                                 tile_rows: bool = False) -> ag.KernelFunction:
     """`grouped_gemm_fp8_kernel` with the block scales through shared memory
     (MoeFp8Schedule(smem_scales=True); gemm_fp8.SharedBlockScales): ScaleA [MS, KBP] the
     activation scales K-major (KBP >= K/128 a multiple of 4: 16-byte row pitches; the
@@ -524,7 +538,9 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False,
     block 4j of its K block 4j + i (SharedBlockScales: an unaligned innermost TMA coordinate
     traps on Hopper); the gate-up's weight box is its two planes' blocks of the unit's rows,
     the down's the one or two 128-column blocks its tile covers. quantize: h in e4m3 plus
-    ScaleC (`grouped_gemm_fp8_kernel`'s; K-major by default, the smem-scale down's layout)."""
+    ScaleC (`grouped_gemm_fp8_kernel`'s; K-major by default, the smem-scale down's layout).
+    tile_rows: TileRows after Tiles, for MoeSchedule.skip_pad_halves (as
+    `grouped_gemm_fp8_kernel`'s)."""
     w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
     s_dims = ("E", 2, "NB", "KBW") if gated else ("E", "NB", "KBW")
     annotations = dict(A=ag.Tensor["M", "K", ag.e4m3], W=ag.Tensor[(*w_dims, ag.e4m3)],
@@ -533,8 +549,9 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False,
                        TileExpert=ag.Tensor["MT", 1, ag.i32], Tiles=ag.Tensor[1, 1, ag.i32])
 
     def moe_fp8_grouped_gemm_smem(A, W, ScaleA, ScaleW, TileExpert, Tiles, C, ScaleC,
-                                  s: MoeFp8Schedule):
+                                  s: MoeFp8Schedule, TileRows):
         _check_quantize(s, gated, quantize)
+        check_tile_rows(s, TileRows)
         _tag_layout(A, W, TileExpert, s.pad, gated)
         if not s.smem_scales:
             raise ag.TraceError("this kernel reads the block scales from shared memory: it "
@@ -577,18 +594,22 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False,
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
             for m, n, expert in units():
-                row0 = m * s.bm + wg * rows
-                # the gate-up's columns [0, bn/2) take the gate plane's scale, the rest the up
-                # plane's; the down's those before its next weight block the first
-                unit = dataclasses.replace(scales, split=width) if gated else \
-                    scales.for_unit(n * s.bn)
-                mma = split_promoted_mma if s.n_split == 2 else early_release_promoted_mma
-                acc = mma(ring, k_steps, wg, unit)
-                _epilogue(C, ScaleC, quantize, k_major, s, m, n, row0, wg, acc, staging, gated)
+                def work(m=m, n=n):
+                    row0 = m * s.bm + wg * rows
+                    # the gate-up's columns [0, bn/2) take the gate plane's scale, the rest
+                    # the up plane's; the down's those before its next weight block the first
+                    unit = dataclasses.replace(scales, split=width) if gated else \
+                        scales.for_unit(n * s.bn)
+                    mma = split_promoted_mma if s.n_split == 2 else early_release_promoted_mma
+                    acc = mma(ring, k_steps, wg, unit)
+                    _epilogue(C, ScaleC, quantize, k_major, s, m, n, row0, wg, acc, staging,
+                              gated)
+
+                consume_unit(ring, k_steps, s, TileRows, m, wg, work)
 
     name = "moe_fp8_gate_up_smem" if gated else "moe_fp8_down_smem"
     return _variant(moe_fp8_grouped_gemm_smem, name, annotations, quantize, k_major,
-                    FP8_PREFILL_SPLIT_SMEM)
+                    FP8_PREFILL_SPLIT_SMEM, tile_rows)
 
 
 def _staging(s: MoeFp8Schedule, rows: int, width: int, gated: bool, quantize: bool):

@@ -432,6 +432,12 @@ class Layer:
         return self.down_schedule or self.schedule
 
     @property
+    def tile_rows(self) -> bool:
+        """Whether routing writes TileRows (each m-tile's routed rows): a GEMM's schedule skips
+        its consumer warpgroups' all-padding rows (MoeSchedule.skip_pad_halves)."""
+        return self.schedule.skip_pad_halves or self.down.skip_pad_halves
+
+    @property
     def fp8(self) -> bool:
         """e4m3 weights: the block-scaled grouped GEMMs (argus/kernels/moe_fp8.py)."""
         return isinstance(self.schedule, MoeFp8Schedule)
@@ -507,6 +513,8 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
               ids=torch.empty(layer.entries, **i32),
               weights=torch.empty(layer.tokens, layer.top_k, dtype=torch.float32, device=device),
               h=torch.empty(M, layer.inter, **bf), y=torch.empty(M, layer.hidden, **bf))
+    if layer.tile_rows:   # the routed rows of each m-tile (skip_pad_halves)
+        ws["tile_rows"] = torch.empty(M // pad, 1, **i32)
     nbytes = M * (2 * layer.hidden + layer.inter) * 2
     f32 = dict(dtype=torch.float32, device=device)
     if layer.fp8:
@@ -619,14 +627,16 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     if out is None:
         out = torch.empty(layer.tokens, layer.hidden, dtype=torch.bfloat16, device=x.device)
 
+    # skip_pad_halves: the layout writes each m-tile's routed rows too (TileRows)
+    rows = (ws["tile_rows"],) if layer.tile_rows else ()
     if R.small_layout(layer.entries, E):   # decode: one launch instead of four
-        run(R.layout_small_kernel(be, pad), ids, ids, ws["expert_start"], tile_expert, tiles,
-            pos)
+        run(R.layout_small_kernel(be, pad, layer.tile_rows), ids, ids, ws["expert_start"],
+            tile_expert, tiles, pos, *rows)
     else:
         run(R.count_kernel(be), ids, ws["counts"])
         run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
-        run(R.layout_kernel(be, pad), ws["totals"], ws["totals"].view(E, 1),
-            ws["expert_start"], tile_expert, tiles)
+        run(R.layout_kernel(be, pad, layer.tile_rows), ws["totals"], ws["totals"].view(E, 1),
+            ws["expert_start"], tile_expert, tiles, *rows)
         run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["expert_start"], pos)
     if layer.fp8:
         _fp8_gemms(x, w13, w2, operands or _weight_scales(scales, layer), layer, run, ws)
@@ -646,7 +656,8 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
             _k_slices(gate_up, s.split_k), tile_expert, tiles, ws["h_parts"], s=s)
         run(split_finish_kernel(s.split_k, s.bn), ws["h_parts"], tiles, ws["h"])
     else:
-        run(grouped_gemm_kernel(True), ws["xp"], gate_up, tile_expert, tiles, ws["h"], s=s)
+        run(grouped_gemm_kernel(True, tile_rows=s.skip_pad_halves), ws["xp"], gate_up,
+            tile_expert, tiles, *_rows_for(s, ws), ws["h"], s=s)
     down = layer.down
     if down.split_k > 1:   # decode: the combine adds the K slices' partial sums up
         run(grouped_gemm_kernel(False, True), _k_slices(ws["h"], down.split_k),
@@ -655,13 +666,20 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
                              down.split_k, pdl=down.pdl_combine), ws["y_parts"], pos, weights,
             out)
     else:
-        run(grouped_gemm_kernel(False), ws["h"], w2, tile_expert, tiles, ws["y"], s=down)
+        run(grouped_gemm_kernel(False, tile_rows=down.skip_pad_halves), ws["h"], w2,
+            tile_expert, tiles, *_rows_for(down, ws), ws["y"], s=down)
         # a down with pdl_combine: the combine waits for it on the device, launched early
         run(R.combine_kernel(layer.top_k, BH, pdl=down.pdl_combine), ws["y"], pos, weights,
             out)
     if scratch is not None:
         scratch.update(ws)
     return out
+
+
+def _rows_for(s: MoeSchedule, ws: dict) -> tuple:
+    """The TileRows argument of a grouped GEMM whose schedule skips all-padding warpgroup rows
+    (MoeSchedule.skip_pad_halves: its kernel's tile_rows variant), else nothing."""
+    return (ws["tile_rows"],) if s.skip_pad_halves else ()
 
 
 def _pad4(n: int) -> int:
@@ -754,21 +772,26 @@ def _fp8_gemms(x, w13, w2, operands, layer: Layer, run, ws: dict) -> None:
     # the down's layout), no bf16 h and no quantize_1x128 launch
     fused = layer.schedule.quantize_out
     outs = (ws["hq"], ws["hs"].view(M, -1) if down else ws["hs"]) if fused else (ws["h"],)
+    # skip_pad_halves: a GEMM's tile_rows variant, TileRows after tiles
+    skip, skip_down = layer.schedule.skip_pad_halves, layer.down.skip_pad_halves
+    rows, rows_down = _rows_for(layer.schedule, ws), _rows_for(layer.down, ws)
     if up:   # K-major activation scales, weight scales 16-byte pitched (smem_scales)
-        run(grouped_gemm_fp8_smem_kernel(True, fused, down), ws["xq"], w13.view(E, 2, inter, H),
-            ws["xs"].view(M, -1), s13, tile_expert, tiles, *outs, s=layer.schedule)
+        run(grouped_gemm_fp8_smem_kernel(True, fused, down, skip), ws["xq"],
+            w13.view(E, 2, inter, H), ws["xs"].view(M, -1), s13, tile_expert, tiles, *rows,
+            *outs, s=layer.schedule)
     else:
-        run(grouped_gemm_fp8_kernel(True, fused, down), ws["xq"], w13.view(E, 2, inter, H),
-            ws["xs"], s13, tile_expert, tiles, *outs, s=layer.schedule)
+        run(grouped_gemm_fp8_kernel(True, fused, down, skip), ws["xq"],
+            w13.view(E, 2, inter, H), ws["xs"], s13, tile_expert, tiles, *rows, *outs,
+            s=layer.schedule)
     if not fused:
         run(quantize_1x128_kernel(ag.bf16, k_major=down), ws["h"].view(M, inter // GROUP, GROUP),
             ws["hq"].view(M, inter // GROUP, GROUP), ws["hs"])
     if down:
-        run(grouped_gemm_fp8_smem_kernel(False), ws["hq"], w2, ws["hs"].view(M, -1),
-            s2, tile_expert, tiles, ws["y"], s=layer.down)
+        run(grouped_gemm_fp8_smem_kernel(False, tile_rows=skip_down), ws["hq"], w2,
+            ws["hs"].view(M, -1), s2, tile_expert, tiles, *rows_down, ws["y"], s=layer.down)
     else:
-        run(grouped_gemm_fp8_kernel(False), ws["hq"], w2, ws["hs"], s2, tile_expert, tiles,
-            ws["y"], s=layer.down)
+        run(grouped_gemm_fp8_kernel(False, tile_rows=skip_down), ws["hq"], w2, ws["hs"], s2,
+            tile_expert, tiles, *rows_down, ws["y"], s=layer.down)
 
 
 @functools.lru_cache(maxsize=256)
