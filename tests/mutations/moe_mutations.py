@@ -23,7 +23,13 @@ only read:
   * the gate-up quantizing its own output (MoeFp8Schedule.quantize_out, `_quantize_unit`):
     each warpgroup's row scales stored at the unit's first row instead of its own (m * bm,
     not m * bm + wg * 64): both warpgroups write the same 64 scales, the second half's rows
-    get none (store.once).
+    get none (store.once);
+  * a consumer warpgroup skipping its all-padding rows (MoeSchedule.skip_pad_halves,
+    moe.consume_unit) without taking part in the ring: the branch that waits for and
+    releases the unit's stages removed, so the empty barriers miss its arrivals and its step
+    counter falls behind the producer's (pipe.totals: the producer waits forever). A skip of
+    rows that are not all padding is the interpreter's to see (the verifier knows no TileRows
+    semantics): tests/moe/test_moe_skip_pad_halves.py.
 """
 
 import argus as ag
@@ -183,6 +189,28 @@ def fp8_fused_quantize_scale_row():
                    lambda op: op.replace(offsets=(row0.lhs, *op.offsets[1:])), nth=1)
 
 
+def skip_pad_half_keeps_its_stages():
+    """The fp8 gate-up with skip_pad_halves (FP8_PREFILL_SPLIT_SMEM_TMA) lowered, the skipping
+    warpgroup's branch (`with ag.when(spare <= 0)`: each K step's stage waited for and
+    released unread) removed: a warpgroup whose rows are all padding consumes no step of the
+    unit, the producer waits for its arrivals on the empty barriers forever, and the next
+    unit's steps would read the wrong stages."""
+    from dataclasses import replace
+
+    from argus.compiler import lower_only
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA, grouped_gemm_fp8_smem_kernel
+
+    kernel = lower_only(grouped_gemm_fp8_smem_kernel(True, tile_rows=True),
+                        s=replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True))
+    # the skip: the If whose consume steps only release (no wgmma in it)
+    skips = [op for op in kernel.walk() if isinstance(op, O.If)
+             and any(isinstance(x, O.Consume) for x in op.body.walk())
+             and not any(isinstance(x, O.Wgmma) for x in op.body.walk())]
+    assert len(skips) == 1, skips
+    cond = skips[0].cond.id
+    return rewrite(kernel, O.If, lambda op: None if op.cond.id == cond else op)
+
+
 def _traced(factory, bug):
     return lambda: factory(bug).trace()
 
@@ -230,6 +258,10 @@ MOE_CORPUS: list[Mutation] = [
              ("store.once",), ("output",), ("ScaleC",), None,
              "fp8 gate-up quantize_out: each warpgroup's row scales stored at the unit's "
              "first row (both warpgroups write the same 64 scales)"),
+    Mutation("moe/skip_pad_half_keeps_its_stages", "moe", 10, skip_pad_half_keeps_its_stages,
+             ("pipe.totals",), ("shapes",), ("waits forever",), None,
+             "skip_pad_halves: the all-padding warpgroup skips its stage releases too (the "
+             "producer hangs on the empty barrier)"),
 ]
 
 MOE_CLEAN = [
