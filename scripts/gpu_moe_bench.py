@@ -242,7 +242,15 @@ def prefill_variants() -> dict:
                                                        group_m=16, fast_silu=True,
                                                        rsqrt_silu=True),
                                                replace(base, cluster_m=1, cluster_n=2,
-                                                       group_m=16))}
+                                                       group_m=16)),
+            # MoeSchedule.skip_pad_halves on the rule's schedules (both GEMMs): a consumer
+            # warpgroup whose rows of an m-tile are all padding only releases the unit's
+            # stages; with 2x1 clusters (256-row units) the pair's second CTA skips whole
+            # when its expert's last unit has <= 128 rows. Not measured on a GPU yet
+            "rule-skip": (replace(base, skip_pad_halves=True),
+                          replace(base, skip_pad_halves=True)),
+            "tma-skip": (replace(PREFILL_TMA, skip_pad_halves=True),
+                         replace(PREFILL_TMA, skip_pad_halves=True))}
 
 
 # --prefill-only: the variants run_prefill_variants times besides the rule (all when empty)
@@ -1014,7 +1022,15 @@ def fp8_variants() -> dict:
             "split_smem_tma_fast_rsqrt": replace(FP8_PREFILL_SPLIT_SMEM_TMA, rsqrt_silu=True,
                                                  fast_silu=True),
             "split_smem_tma_fusedq_rsqrt": replace(FP8_PREFILL_SPLIT_SMEM_TMA, rsqrt_silu=True,
-                                                   quantize_out=True)}
+                                                   quantize_out=True),
+            # the default with MoeSchedule.skip_pad_halves (both GEMMs): a consumer
+            # warpgroup whose 64 rows of an expert's last m-tile are all padding only
+            # releases the unit's stages (no wgmma, promotion or epilogue; TileRows from the
+            # layout kernel). Bit-identical routed rows in the interpreter; not measured on a
+            # GPU yet (docs/perf/moe.md: the estimate)
+            "split_smem_tma_skip": replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True),
+            "split_smem_tma_rsqrt_skip": replace(FP8_PREFILL_SPLIT_SMEM_TMA, rsqrt_silu=True,
+                                                 skip_pad_halves=True)}
 
 
 # --fp8-only: the fp8 variants timed (all of fp8_variants() when empty); each of them also gets
