@@ -119,6 +119,19 @@ def topk_softmax_kernel(logit_dtype: DType, top_k: int, renormalize: bool,
     return ag.kernel(moe_topk_softmax, threads=ROUTER_THREADS, name=name)
 
 
+def block_groups(num_experts: int, num_groups: int) -> tuple[int, int]:
+    """The [GB, BG] tile of a grouped router: GB >= num_groups rows (a power of two), one per
+    expert group, and BG >= E / num_groups columns (a power of two, at least 2), one per
+    expert of a group."""
+    gb = 1
+    while gb < num_groups:
+        gb *= 2
+    bg, per = 2, -(-num_experts // num_groups)
+    while bg < per:
+        bg *= 2
+    return gb, bg
+
+
 @functools.lru_cache(maxsize=None)
 def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: bool, be: int,
                                 num_groups: int, topk_groups: int,
@@ -126,40 +139,59 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
     """DeepSeek-V3 routing: scores = sigmoid(logits); the choice uses scores + bias (the
     learned correction) restricted to the `topk_groups` groups (of E / num_groups contiguous
     experts) whose two best biased scores sum highest; the weights are the unbiased scores of
-    the chosen experts, renormalized when asked, times `scale` (routed_scaling_factor)."""
+    the chosen experts, renormalized when asked, times `scale` (routed_scaling_factor).
 
-    def moe_topk_sigmoid_grouped(Logits: ag.Tensor["T", "E", logit_dtype],
-                                 Bias: ag.Tensor[1, "E", ag.f32],
+    One warp a token, its logits as a [GB, BG] tile (a row per group: the host passes them as
+    [T * G, E / G], and as [T, E] for the winners' weights, the bias as [G, E / G]); lane l holds expert l of every group, so a
+    group's statistics are row reductions (five shuffle levels for all groups at once), the
+    choice of groups is a column reduction inside each thread, and each of the k rounds is
+    a max and a min (inside the thread, then across lanes). Ties as torch.topk and the
+    one-row kernel before it: the lower expert index; a NaN ranks above every number."""
+    gb, bg = block_groups(be, num_groups)
+    big = 1 << 30   # above every expert index
+
+    def moe_topk_sigmoid_grouped(Logits: ag.Tensor["TG", "EG", logit_dtype],
+                                 Flat: ag.Tensor["T", "E", logit_dtype],
+                                 Bias: ag.Tensor["G", "EG", ag.f32],
                                  Ids: ag.Tensor["T", top_k, ag.i32],
-                                 Weights: ag.Tensor["T", top_k, ag.f32], ROWS: int = 1):
-        (pid,) = ag.grid(ag.cdiv(Logits.shape[0], ROWS))
-        row0 = pid * ROWS
-        E = Logits.shape[1]
-        cols = ag.arange(be)[None, :]
-        valid = cols < E
-        score = ag.sigmoid(ag.load(Logits, (row0, 0), (ROWS, be)).to(ag.f32))
-        choice = ag.where(valid, score + ag.load(Bias, (0, 0), (1, be)), NEG_INF)
-        # integer division: experts [g * E / G, (g + 1) * E / G) form group g
-        group = cols * num_groups / E
-        # each group's score: the sum of its two best biased scores, spread over its columns
-        group_score = ag.where(valid, choice * 0.0, NEG_INF)
-        for g in range(num_groups):
-            mine = ag.where(group == g, choice, NEG_INF)
-            first = mine.argmax(axis=1)
-            second = ag.where(cols == first, NEG_INF, mine).max(axis=1)
-            group_score = ag.where(group == g, mine.max(axis=1) + second, group_score)
-        keep = cols < 0   # all false
-        for _ in range(topk_groups):
-            best_group = ag.where(cols == group_score.argmax(axis=1), group, 0).sum(axis=1)
-            keep = keep | (group == best_group)
-            group_score = ag.where(group == best_group, NEG_INF, group_score)
+                                 Weights: ag.Tensor["T", top_k, ag.f32]):
+        (t,) = ag.grid(Ids.shape[0])
+        per = Logits.shape[1]                            # experts a group: E / G
+        rows = ag.arange(gb)[:, None]                    # [GB, 1]: group g
+        cols = ag.arange(bg)[None, :]                    # [1, BG]: expert of the group
+        valid = (rows < num_groups) & (cols < per)
+        expert = (rows * per + cols).to(ag.i32)
+        score = ag.sigmoid(ag.load(Logits, (t * num_groups, 0), (gb, bg)).to(ag.f32))
+        choice = ag.where(valid, score + ag.load(Bias, (0, 0), (gb, bg)), NEG_INF)
+        # each group's score: the sum of its two best biased scores (the best twice when it
+        # occurs twice; NaN when the group holds one)
+        best = choice.max(axis=1)                                       # [GB, 1]
+        twice = _indicator(choice == best).sum(axis=1) > 1
+        second = ag.where(twice, best, ag.where(choice == best, NEG_INF, choice).max(axis=1))
+        group_score = best + second
+        # the group index as a [GB, 1] tile in the row statistics' layout (a where on one of
+        # them anchors it: an index tile alone would take a layout of its own, and each use
+        # beside the statistics would cost a shared-memory conversion)
+        group = ag.where(best == best, ag.arange(gb)[:, None], ag.arange(gb)[:, None])
+        keep = group < 0   # all false
+        for _ in range(topk_groups):   # the best groups: the lower group on ties
+            chosen = group == group_score.argmax(axis=0)
+            keep = keep | chosen
+            group_score = ag.where(chosen, NEG_INF, group_score)
         choice = ag.where(keep, choice, NEG_INF)
         picked = []
         for j in range(top_k):
-            best = choice.argmax(axis=1)
-            picked.append((best, ag.where(cols == best, score, 0.0).sum(axis=1)))
-            choice = ag.where(cols == best, NEG_INF, choice)
-        _store_topk(Ids, Weights, row0, picked, renormalize, scale)
+            top = choice.max(axis=0).max(axis=1)                        # [1, 1]
+            # the lowest expert holding the max (the lowest NaN when there is one)
+            hit = ag.where(top != top, choice != choice, choice == top)
+            best = ag.where(hit, expert, big).min(axis=0).min(axis=1)
+            won = expert == best
+            # its weight: the unbiased score, recomputed from its logit (the same sigmoid of
+            # the same value; a gather from L1 instead of two more reductions a round)
+            at = ag.gather(Flat, (t, best))
+            picked.append((best, ag.sigmoid(at.to(ag.f32))))
+            choice = ag.where(won, NEG_INF, choice)
+        _store_topk(Ids, Weights, t, picked, renormalize, scale)
 
     name = (f"moe_topk_sigmoid_{logit_dtype.name}_k{top_k}_g{num_groups}_{topk_groups}"
             + ("_renorm" if renormalize else ""))

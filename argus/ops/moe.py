@@ -603,7 +603,11 @@ def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "sof
         kern = R.topk_sigmoid_grouped_kernel(dt, k, renormalize, layer.block_experts,
                                              num_expert_group, topk_group,
                                              float(routed_scaling_factor))
-        run(kern, logits, bias.view(1, E), ids, weights)
+        # a row per expert group (the router's [GB, BG] tile: R.block_groups)
+        G = num_expert_group
+        logits = logits.contiguous()
+        run(kern, logits.view(T * G, E // G), logits, bias.reshape(G, E // G).float(), ids,
+            weights)
     return ids, weights
 
 
