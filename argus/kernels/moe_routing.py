@@ -41,7 +41,9 @@ import argus as ag
 from argus.dtypes import DType
 
 SUB = 32          # entries per inner step of count / positions: [SUB, BE] one-hot tiles
-MAX_CHUNKS = 128  # chunks of entries: the serial loop of `scan` walks this many at most
+MAX_CHUNKS = 1024  # chunks of entries: `scan` walks them SCAN_ROWS at a time
+CHUNK = 256       # entries a chunk at most (while under MAX_CHUNKS chunks): CTAs for every SM
+SCAN_ROWS = 64    # chunks per step of `scan`: a [SCAN_ROWS, 128] tile, a column a thread
 EB = 32           # experts (m-tiles) per step of `layout`: [EB, BE] tiles
 # at most this many entries, and tiles of at most SMALL_EXPERTS experts, take
 # layout_small_kernel: one launch for count, scan, layout and positions, walking the entries
@@ -71,12 +73,15 @@ def small_layout(entries: int, num_experts: int) -> bool:
 
 
 def chunk_entries(entries: int) -> int:
-    """Entries per chunk: a multiple of SUB, at most MAX_CHUNKS chunks, and about sqrt(SUB *
-    N / 2) entries, which balances the critical path: count and positions walk a chunk in
-    chunk / SUB steps each, the scan walks the chunks one by one (N / chunk serial steps, a
-    global load each). At N = 4096 that is 16 chunks of 256 (32 steps) instead of 128 chunks
-    of 32 (130). The kernels take the chunk count from their operands' shapes (`_chunk`)."""
-    balanced = math.isqrt(SUB * entries // 2)
+    """Entries per chunk: a multiple of SUB, at most MAX_CHUNKS chunks, about sqrt(SUB * N / 2)
+    entries but at most CHUNK. sqrt(SUB * N / 2) balanced the critical path when the scan
+    walked the chunks one by one (N = 4096: 16 chunks of 256, 32 steps instead of 130); the
+    scan now walks SCAN_ROWS chunks a step, so past 4096 entries the chunks stop growing
+    and their number grows instead: count and positions keep eight steps a chunk and get a
+    CTA for every SM (DeepSeek-V3 at T = 16384: 512 chunks of 256 instead of 90 of 1472,
+    whose 46 serial steps on 90 SMs were most of the routing's time). The kernels take the
+    chunk count from their operands' shapes (`_chunk`)."""
+    balanced = min(CHUNK, math.isqrt(SUB * entries // 2))
     per = max(-(-entries // MAX_CHUNKS), balanced)
     return max(SUB, -(-per // SUB) * SUB)
 
@@ -142,13 +147,13 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
     the chosen experts, renormalized when asked, times `scale` (routed_scaling_factor).
 
     One warp a token, its logits as a [GB, BG] tile (a row per group: the host passes them as
-    [T * G, E / G], and as [T, E] for the winners' weights, the bias as [G, E / G]); lane l holds expert l of every group, so a
-    group's statistics are row reductions (five shuffle levels for all groups at once), the
-    choice of groups is a column reduction inside each thread, and each of the k rounds is
-    a max and a min (inside the thread, then across lanes). Ties as torch.topk and the
+    [T * G, E / G], and as [T, E] for the winners' weights, the bias as [G, E / G]);
+    lane l holds expert l of every group, so a group's statistics are row reductions (five
+    shuffle levels for all groups at once), the choice of groups is a column reduction
+    inside each thread, and each of the k rounds is a max and a min (inside the thread, then
+    across lanes). Ties as torch.topk and the
     one-row kernel before it: the lower expert index; a NaN ranks above every number."""
     gb, bg = block_groups(be, num_groups)
-    big = 1 << 30   # above every expert index
 
     def moe_topk_sigmoid_grouped(Logits: ag.Tensor["TG", "EG", logit_dtype],
                                  Flat: ag.Tensor["T", "E", logit_dtype],
@@ -160,7 +165,9 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
         rows = ag.arange(gb)[:, None]                    # [GB, 1]: group g
         cols = ag.arange(bg)[None, :]                    # [1, BG]: expert of the group
         valid = (rows < num_groups) & (cols < per)
-        expert = (rows * per + cols).to(ag.i32)
+        # the expert index in f32 (exact below 2^24): its min over the hits starts from +inf,
+        # the min's identity (what the verifier's fill.identity asks of masked elements)
+        expert = (rows * per + cols).to(ag.f32)
         score = ag.sigmoid(ag.load(Logits, (t * num_groups, 0), (gb, bg)).to(ag.f32))
         choice = ag.where(valid, score + ag.load(Bias, (0, 0), (gb, bg)), NEG_INF)
         # each group's score: the sum of its two best biased scores (the best twice when it
@@ -184,8 +191,9 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
             top = choice.max(axis=0).max(axis=1)                        # [1, 1]
             # the lowest expert holding the max (the lowest NaN when there is one)
             hit = ag.where(top != top, choice != choice, choice == top)
-            best = ag.where(hit, expert, big).min(axis=0).min(axis=1)
-            won = expert == best
+            lowest = ag.where(hit, expert, float("inf")).min(axis=0).min(axis=1)
+            won = expert == lowest
+            best = lowest.to(ag.i32)
             # its weight: the unbiased score, recomputed from its logit (the same sigmoid of
             # the same value; a gather from L1 instead of two more reductions a round)
             at = ag.gather(Flat, (t, best))
@@ -232,27 +240,33 @@ def _one_hot(ids, be: int):
     return ids[:, None] == ag.arange(be)[None, :]
 
 
-def _store_tile_experts(TileExpert, start, tiles, num_experts, rows=None) -> None:
-    """TileExpert[m] = the expert of m-tile m, -1 past the last: how many segments (of experts
-    < E, segment e = tiles [start[e], start[e] + tiles[e])) end at or before m. rows = (TileRows,
-    counts, bm): TileRows[m] = the routed (non-padding) rows of m-tile m as well, 1..bm inside
-    a segment (its last m-tile: count - (tiles - 1) bm; the others bm), 0 past the last
-    (`tile_rows`: what lets the grouped GEMMs skip a warpgroup's all-padding rows,
-    MoeSchedule.skip_pad_halves)."""
+def _store_tile_block(TileExpert, m0, start, tiles, num_experts, rows=None) -> None:
+    """TileExpert[m] for the EB m-tiles from m0: the expert of m-tile m, -1 past the last: how
+    many segments (of experts < E, segment e = tiles [start[e], start[e] + tiles[e])) end at
+    or before m. rows = (TileRows, counts, bm): TileRows[m] = the routed (non-padding) rows of
+    m-tile m as well, 1..bm inside a segment (its last m-tile: count - (tiles - 1) bm; the
+    others bm), 0 past the last (`tile_rows`: what lets the grouped GEMMs skip a warpgroup's
+    all-padding rows, MoeSchedule.skip_pad_halves)."""
     cols = ag.arange(start.shape[1])[None, :]
+    m = ag.arange(EB)[:, None] + m0                                    # [EB, 1]
     end = start + tiles
+    expert = _indicator((end <= m) & (cols < num_experts)).sum(axis=1)
+    ag.store(TileExpert, (m0, 0), ag.where(expert < num_experts, expert, -1))
+    if rows is not None:
+        TileRows, counts, bm = rows
+        # the routed rows of segment e past m-tile m's first row: start[e] bm + count[e]
+        # (the segment's first padding row) - m bm, at most bm; only m's own segment
+        # (start[e] <= m < end[e], so it is >= 1 there) adds to the row sum
+        left = ag.minimum((start - m) * bm + counts, bm)
+        mine = (start <= m) & (m < end) & (cols < num_experts)
+        ag.store(TileRows, (m0, 0), ag.where(mine, left, 0).sum(axis=1))
+
+
+def _store_tile_experts(TileExpert, start, tiles, num_experts, rows=None) -> None:
+    """TileExpert[m] (and TileRows[m], rows as _store_tile_block's) for every m-tile, EB a
+    step (one CTA: layout_small)."""
     for m0 in ag.range(0, TileExpert.shape[0], EB):
-        m = ag.arange(EB)[:, None] + m0                                # [EB, 1]
-        expert = _indicator((end <= m) & (cols < num_experts)).sum(axis=1)
-        ag.store(TileExpert, (m0, 0), ag.where(expert < num_experts, expert, -1))
-        if rows is not None:
-            TileRows, counts, bm = rows
-            # the routed rows of segment e past m-tile m's first row: start[e] bm + count[e]
-            # (the segment's first padding row) - m bm, at most bm; only m's own segment
-            # (start[e] <= m < end[e], so it is >= 1 there) adds to the row sum
-            left = ag.minimum((start - m) * bm + counts, bm)
-            mine = (start <= m) & (m < end) & (cols < num_experts)
-            ag.store(TileRows, (m0, 0), ag.where(mine, left, 0).sum(axis=1))
+        _store_tile_block(TileExpert, m0, start, tiles, num_experts, rows)
 
 
 def _positions_step(Ids, Peers, Pos, at, base, be: int):
@@ -285,10 +299,19 @@ def count_kernel(be: int) -> ag.KernelFunction:
     return ag.kernel(moe_count, threads=128, name=f"moe_count_{be}")
 
 
+def scan_experts(be: int) -> int:
+    """Experts per CTA of `scan` (and its threads): a column a thread, at most 128."""
+    return min(be, 128)
+
+
 @functools.lru_cache(maxsize=None)
 def scan_kernel(be: int) -> ag.KernelFunction:
-    """One CTA: chunk_base[c, e] = entries of expert e in chunks before c, and totals[0, e] =
-    all entries of expert e."""
+    """chunk_base[c, e] = entries of expert e in chunks before c, and totals[0, e] = all
+    entries of expert e. A CTA per block of scan_experts(be) experts, a thread per expert: each
+    step loads SCAN_ROWS chunks' counts ([SCAN_ROWS, EBS], a column a thread) and scans them
+    down the column in registers (ag.scan along axis 0: no shuffle, no barrier), so the
+    serial chain is C / SCAN_ROWS steps (8 at DeepSeek-V3's T = 16384), not C."""
+    ebs = scan_experts(be)
 
     # The outputs name their dims apart from the counts' ("CB", "ES"): a scan's value at chunk
     # c sums the counts of other chunks, so the verifier's store.coords claim "the value comes
@@ -296,31 +319,37 @@ def scan_kernel(be: int) -> ag.KernelFunction:
     # along the scan.
     def moe_scan(Counts: ag.Tensor["C", "E", ag.i32], ChunkBase: ag.Tensor["CB", "E", ag.i32],
                  Totals: ag.Tensor[1, "E", ag.i32]):
-        (pid,) = ag.grid(1)
+        (block,) = ag.grid(ag.cdiv(Counts.shape[1], ebs))
         ag.tag_assume(lambda: ag.sym(ChunkBase.shape[0]) == ag.sym(Counts.shape[0]))
-        running = ag.zeros((1, be), ag.i32)
-        for c in ag.range(ChunkBase.shape[0]):   # a serial scan over the (few) chunks
-            counts = ag.load(Counts, (c, 0), (1, be))
-            ag.store(ChunkBase, (c, 0), running)
-            running = running + counts
-        ag.store(Totals, (0, 0), running)
+        e0 = block * ebs
+        running = ag.zeros((1, ebs), ag.i32)
+        for c0 in ag.range(0, ChunkBase.shape[0], SCAN_ROWS):
+            counts = ag.load(Counts, (c0, e0), (SCAN_ROWS, ebs))
+            before, running = ag.scan(counts, "sum", 0, running, exclusive=True)
+            ag.store(ChunkBase, (c0, e0), before)
+        ag.store(Totals, (0, e0), running)
 
-    return ag.kernel(moe_scan, threads=128, name=f"moe_scan_{be}")
+    return ag.kernel(moe_scan, threads=ebs, name=f"moe_scan_{be}")
 
 
 @functools.lru_cache(maxsize=None)
 def layout_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunction:
-    """One CTA, from the per-expert totals: the padded segments expert_start[0, e] (rows,
-    multiples of bm), tiles[0, 0] = the m-tiles of all segments, and tile_expert[m, 0] = the
-    expert of m-tile m (-1 past the last segment). tile_rows: one more output after tiles,
-    TileRows [MT, 1], the routed rows of each m-tile (_store_tile_experts; 0 past the last),
-    for the grouped GEMMs' MoeSchedule.skip_pad_halves."""
+    """From the per-expert totals: the padded segments expert_start[0, e] (rows, multiples of
+    bm), tiles[0, 0] = the m-tiles of all segments, and tile_expert[m, 0] = the expert of
+    m-tile m (-1 past the last segment). A CTA per EB m-tiles: each works out the segments
+    (E / EB steps) and labels its own m-tiles (one step), so the serial chain is E / EB + 1
+    steps, not E / EB + MT / EB (DeepSeek-V3 at T = 16384: 9, not 48); CTA 0 stores
+    expert_start and tiles (each CTA stores them at its own row, past the end but for CTA 0's,
+    so the verifier sees one writer an element without a branch). tile_rows: one more output
+    after tiles, TileRows [MT, 1], the routed rows of each m-tile (_store_tile_block; 0 past
+    the last; each CTA its own EB m-tiles), for the grouped GEMMs'
+    MoeSchedule.skip_pad_halves."""
 
     # TotalsCol is the totals again as one column ([E, 1]): the prefix sum over experts pairs
     # each expert (a column of the tile) with the earlier ones (rows), EB of them per step.
     # ExpertStart names its dim apart ("ES"): its value at e sums other experts' tiles.
     def layout(Totals, TotalsCol, ExpertStart, TileExpert, Tiles, TileRows):
-        (pid,) = ag.grid(1)
+        (block,) = ag.grid(ag.cdiv(TileExpert.shape[0], EB))
         E = Totals.shape[1]
         ag.tag_assume(lambda: ag.tag_all(ag.sym(TotalsCol.shape[0]) == ag.sym(E),
                                          ag.sym(ExpertStart.shape[1]) == ag.sym(E)))
@@ -331,14 +360,15 @@ def layout_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunctio
         start = ag.zeros((1, be), ag.i32)
         for e0 in ag.range(0, E, EB):
             earlier = ag.arange(EB)[:, None] + e0                        # [EB, 1]: e'
-            block = ag.load(TotalsCol, (e0, 0), (EB, 1))
-            block = ag.where(earlier < E, (block + (bm - 1)) / bm, 0)
-            start = start + ag.where(earlier < cols, block, 0).sum(axis=0)
-        ag.store(ExpertStart, (0, 0), start * bm)
-        ag.store(Tiles, (0, 0), tiles.sum(axis=1))
+            block_tiles = ag.load(TotalsCol, (e0, 0), (EB, 1))
+            block_tiles = ag.where(earlier < E, (block_tiles + (bm - 1)) / bm, 0)
+            start = start + ag.where(earlier < cols, block_tiles, 0).sum(axis=0)
+        # CTA 0's row: the other CTAs' rows lie past these one-row tensors and are dropped
+        ag.store(ExpertStart, (block, 0), start * bm)
+        ag.store(Tiles, (block, 0), tiles.sum(axis=1))
         rows = None if TileRows is None else \
             (TileRows, ag.where(cols < E, ag.load(Totals, (0, 0), (1, be)), 0), bm)
-        _store_tile_experts(TileExpert, start, tiles, E, rows)
+        _store_tile_block(TileExpert, block * EB, start, tiles, E, rows)
 
     if tile_rows:
         def moe_layout_rows(Totals: ag.Tensor[1, "E", ag.i32],

@@ -320,16 +320,16 @@ def test_decode_layer_from_logits_picks_swap_ab():
 
 
 def test_layout_with_chunks_longer_than_one_step():
-    """4200 entries: 15 chunks of 288 (nine 32-entry steps each, about sqrt(16 N): count and
-    positions walk as many steps as the scan walks chunks); pos is the stable expert-major
-    order with each segment padded to bm, tile_expert labels every m-tile."""
+    """4200 entries: 17 chunks of 256 (R.CHUNK: eight 32-entry steps each, the last chunk
+    partial); pos is the stable expert-major order with each segment padded to bm,
+    tile_expert labels every m-tile."""
     from argus.kernels import moe_routing as R
 
     T, E, k, bm = 2100, 8, 2, 64
     ids = _ids_skewed(T, E, k, seed=12)
     N, be = T * k, R.block_experts(E)
     chunk = R.chunk_entries(N)
-    assert chunk == 288
+    assert chunk == 256
     C = -(-N // chunk)
     i32 = dict(dtype=torch.int32)
     counts = torch.full((C, E), -7, **i32)

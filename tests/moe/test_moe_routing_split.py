@@ -65,3 +65,47 @@ def test_grouped_sigmoid_router_nan_ranks_first():
     assert torch.equal(out[0][0], out[1][0])
     assert torch.equal(out[0][1].isnan(), out[1][1].isnan())
     assert torch.equal(out[0][1].nan_to_num(-1), out[1][1].nan_to_num(-1))
+
+
+def _chain(mod, flat, E, bm):
+    """count, scan, layout, positions of module `mod` (its own chunking) on flat ids."""
+    N, be = flat.numel(), mod.block_experts(E)
+    C = -(-N // mod.chunk_entries(N))
+    i32 = dict(dtype=torch.int32)
+    counts, base = torch.full((C, E), -7, **i32), torch.full((C, E), -7, **i32)
+    totals, start = torch.full((1, E), -7, **i32), torch.full((1, E), -7, **i32)
+    MT = mod.max_padded_rows(N, E, bm) // bm
+    te, tiles = torch.full((MT, 1), -7, **i32), torch.full((1, 1), -7, **i32)
+    pos = torch.full((N, 1), -7, **i32)
+    mod.count_kernel(be).interpret(flat, counts)
+    mod.scan_kernel(be).interpret(counts, base, totals)
+    mod.layout_kernel(be, bm).interpret(totals, totals.view(E, 1), start, te, tiles)
+    mod.positions_kernel(be).interpret(flat, flat, base, start, pos)
+    return dict(start=start, te=te, tiles=tiles, pos=pos, totals=totals, C=C)
+
+
+@pytest.mark.parametrize("T,E,k,bm", [
+    (2100, 256, 8, 128),   # 16800 entries: 66 chunks (two scan steps), 270 m-tiles (9 CTAs)
+    (1000, 128, 8, 64),    # Qwen3's experts: 32 chunks
+    (4101, 8, 2, 128),     # Mixtral: 8202 entries, 33 chunks, one scan CTA of 32 threads
+    (129, 8, 1, 64),       # k 1, past layout_small
+    (300, 256, 8, 8),      # small segments: many m-tiles
+])
+def test_layout_chain_is_bit_identical(T, E, k, bm):
+    g = torch.Generator().manual_seed(T)
+    scores = torch.rand(T, E, generator=g)
+    scores[:, 0] += 0.3                 # a popular expert
+    scores[:, E - 1] = -1.0             # an expert never chosen
+    flat = scores.topk(k, dim=1).indices.int().view(-1).contiguous()
+    new, old = _chain(R, flat, E, bm), _chain(OLD, flat, E, bm)
+    assert new["C"] == -(-flat.numel() // R.CHUNK) or flat.numel() < 4096
+    for key in ("start", "te", "tiles", "pos", "totals"):
+        assert torch.equal(new[key], old[key]), key
+    n = torch.bincount(flat.long(), minlength=E)
+    padded = (n + bm - 1) // bm * bm
+    first = torch.cumsum(padded, 0) - padded
+    expect = torch.empty(flat.numel(), dtype=torch.long)
+    for e in range(E):
+        mine = (flat == e).nonzero().view(-1)
+        expect[mine] = first[e] + torch.arange(n[e])
+    assert new["pos"].view(-1).long().tolist() == expect.tolist()
