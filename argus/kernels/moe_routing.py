@@ -6,8 +6,8 @@ The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
 
     topk_softmax / topk_sigmoid_grouped   logits [T, E]       -> ids [T, k], weights [T, k]
     count        (grid: chunks of entries) ids [N]            -> counts [C, E]
-    scan         (one CTA)                counts               -> chunk_base [C, E], totals [1, E]
-    layout       (one CTA)                totals               -> expert_start [1, E] (rows),
+    scan         (a CTA per 128 experts)  counts               -> chunk_base [C, E], totals [1, E]
+    layout       (a CTA per 32 m-tiles)   totals               -> expert_start [1, E] (rows),
                                                                   tile_expert [MT, 1], tiles [1, 1]
     positions    (grid: chunks)           ids, chunk_base, expert_start -> pos [N, 1]
     (count, scan, layout and positions are one launch, layout_small, for a few entries)
@@ -15,9 +15,10 @@ The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
     (the grouped GEMMs of argus/kernels/moe.py run over xp's first tiles[0] * BM rows)
     combine      (grid: tokens x columns) y [M_pad, H], pos, weights -> out [T, H]
 
-The DSL has no atomics, scans or sorting, and needs none here: a count is the column sum of a
-one-hot tile (ids[:, None] == arange(E)[None, :]); an exclusive prefix sum over E experts is
-the column sum of a strictly-triangular mask times the values; the rank of an entry among the
+No atomics or sorting (routing stays deterministic); the scan over chunks is ag.scan down a
+column in registers. A count is the column sum of a one-hot tile (ids[:, None] ==
+arange(E)[None, :]); an exclusive prefix sum over E experts is the column sum of a
+strictly-triangular mask times the values; the rank of an entry among the
 earlier entries of its chunk with the same expert is the row sum of an [S, S] comparison. Every
 step is a fixed-size tile computation or a loop with a carried tile, so nothing waits on the
 host and the whole routing can be captured in a CUDA graph.
