@@ -1239,11 +1239,12 @@ def routing_launches(mod, run, logits, bias, layer, routing, bufs):
         run(R.layout_small_kernel(be, pad), flat, flat, bufs["start"], bufs["te"], bufs["tiles"],
             pos)
         return
-    run(mod.count_kernel(be), flat, bufs["counts"])
+    step = (bufs["steps"],) if mod is R else ()   # the new count's per-step bases
+    run(mod.count_kernel(be), flat, bufs["counts"], *step)
     run(mod.scan_kernel(be), bufs["counts"], bufs["base"], bufs["totals"])
     run(mod.layout_kernel(be, pad), bufs["totals"], bufs["totals"].view(E, 1), bufs["start"],
         bufs["te"], bufs["tiles"])
-    run(mod.positions_kernel(be), flat, flat, bufs["base"], bufs["start"], pos)
+    run(mod.positions_kernel(be), flat, flat, bufs["base"], *step, bufs["start"], pos)
 
 
 def run_routing(models, tokens, trials: int, rows: list) -> None:
@@ -1275,6 +1276,7 @@ def run_routing(models, tokens, trials: int, rows: list) -> None:
                 return dict(ids=torch.empty(N, **i32),
                             weights=torch.empty(T, k, dtype=torch.float32, device=dev),
                             counts=torch.empty(C, E, **i32), base=torch.empty(C, E, **i32),
+                            steps=torch.empty(R.step_base_shape(N, E), **i32),
                             totals=torch.empty(1, E, **i32), start=torch.empty(1, E, **i32),
                             te=torch.empty(MT, 1, **i32), tiles=torch.empty(1, 1, **i32),
                             pos=torch.empty(N, 1, **i32))

@@ -46,6 +46,7 @@ MAX_CHUNKS = 1024  # chunks of entries: `scan` walks them SCAN_ROWS at a time
 CHUNK = 256       # entries a chunk at most (while under MAX_CHUNKS chunks): CTAs for every SM
 SCAN_ROWS = 64    # chunks per step of `scan`: a [SCAN_ROWS, 128] tile, a column a thread
 EB = 32           # experts (m-tiles) per step of `layout`: [EB, BE] tiles
+POSITIONS = 128   # entries per CTA of `positions`, a thread each
 # at most this many entries, and tiles of at most SMALL_EXPERTS experts, take
 # layout_small_kernel: one launch for count, scan, layout and positions, walking the entries
 # twice in steps of SUB. Its serial [EB, BE] steps grow with the expert tile: at 256
@@ -286,18 +287,29 @@ def _positions_step(Ids, Peers, Pos, at, base, be: int):
 
 @functools.lru_cache(maxsize=None)
 def count_kernel(be: int) -> ag.KernelFunction:
-    """counts[c, e] = entries of chunk c routed to expert e."""
+    """counts[c, e] = entries of chunk c routed to expert e, and step_base[c, q, e] = entries of
+    expert e in steps 0..q-1 of chunk c (SUB entries a step: what positions adds to the
+    chunk's base, so that it needs no walk of its own). The chunk is step_base.shape[1] steps:
+    the host sizes it so (chunk_entries(N) / SUB)."""
 
-    def moe_count(Ids: ag.Tensor["N", ag.i32], Counts: ag.Tensor["C", "E", ag.i32]):
+    def moe_count(Ids: ag.Tensor["N", ag.i32], Counts: ag.Tensor["C", "E", ag.i32],
+                  StepBase: ag.Tensor["C", "S", "E", ag.i32]):
         (c,) = ag.grid(Counts.shape[0])
-        chunk = _chunk(Ids.shape[0], Counts.shape[0])
+        steps = StepBase.shape[1]
         counts = ag.zeros((1, be), ag.i32)
-        for s in ag.range(0, chunk, SUB):
-            ids = ag.load(Ids, (c * chunk + s,), (SUB,), other=-1)
+        for q in ag.range(steps):
+            ag.store(StepBase, (c, q, 0), counts)
+            ids = ag.load(Ids, ((c * steps + q) * SUB,), (SUB,), other=-1)
             counts = counts + _indicator(_one_hot(ids, be)).sum(axis=0)
         ag.store(Counts, (c, 0), counts)
 
     return ag.kernel(moe_count, threads=128, name=f"moe_count_{be}")
+
+
+def step_base_shape(entries: int, num_experts: int) -> tuple[int, int, int]:
+    """count's step_base: [chunks, steps a chunk, E]."""
+    chunk = chunk_entries(entries)
+    return -(-entries // chunk), chunk // SUB, num_experts
 
 
 def scan_experts(be: int) -> int:
@@ -393,7 +405,12 @@ def layout_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunctio
 @functools.lru_cache(maxsize=None)
 def positions_kernel(be: int) -> ag.KernelFunction:
     """pos[i] = the padded-layout row of entry i: its expert's segment start, plus the entries
-    of that expert in earlier chunks, plus those earlier in its own chunk."""
+    of that expert in earlier chunks (chunk_base), in earlier steps of its chunk (step_base),
+    and earlier in its own SUB-entry step (its rank). A thread an entry, POSITIONS entries a
+    CTA, nothing serial: the three bases are gathered at the entry's expert, and the rank is a
+    row of SUB comparisons inside the thread (the step's ids gathered into each thread's row:
+    layout "rows", no shuffle, no barrier). Before, a CTA walked its chunk in [SUB, BE] steps
+    whose base lookup was a row sum across the CTA (46 steps at DeepSeek-V3's T = 16384)."""
 
     # `Peers` is the same ids again, under its own dim: the rank compares entry i with the
     # other entries i' of its step, a pairwise comparison the verifier's ew.broadcast rule
@@ -401,14 +418,22 @@ def positions_kernel(be: int) -> ag.KernelFunction:
     # between two views of one index space.
     def moe_positions(Ids: ag.Tensor["N", ag.i32], Peers: ag.Tensor["NP", ag.i32],
                       ChunkBase: ag.Tensor["C", "E", ag.i32],
+                      StepBase: ag.Tensor["CS", "S", "E", ag.i32],
                       ExpertStart: ag.Tensor[1, "E", ag.i32], Pos: ag.Tensor["N", 1, ag.i32]):
-        (c,) = ag.grid(ChunkBase.shape[0])
-        chunk = _chunk(Ids.shape[0], ChunkBase.shape[0])
-        base = ag.load(ChunkBase, (c, 0), (1, be)) + ag.load(ExpertStart, (0, 0), (1, be))
-        for s in ag.range(0, chunk, SUB):
-            base = _positions_step(Ids, Peers, Pos, c * chunk + s, base, be)
+        (pid,) = ag.grid(ag.cdiv(Ids.shape[0], POSITIONS))
+        steps = StepBase.shape[1]                                        # a chunk's
+        entry = ag.arange(POSITIONS)[:, None] + pid * POSITIONS          # [P, 1]: i
+        mine = ag.gather(Ids, (entry,), other=-1)                        # [P, 1]: its expert
+        step = entry / SUB
+        # the step's ids in each thread's row: i' = step * SUB + j, j < SUB
+        peers = ag.gather(Peers, (step * SUB + ag.arange(SUB)[None, :],), other=-1)
+        earlier = step * SUB + ag.arange(SUB)[None, :] < entry           # [P, SUB]: i' < i
+        rank = _indicator((peers == mine) & earlier).sum(axis=1)
+        base = (ag.gather(ExpertStart, (0, mine)) + ag.gather(ChunkBase, (step / steps, mine))
+                + ag.gather(StepBase, (step / steps, step % steps, mine)))
+        ag.store(Pos, (pid * POSITIONS, 0), base + rank)
 
-    return ag.kernel(moe_positions, threads=128, name=f"moe_positions_{be}")
+    return ag.kernel(moe_positions, threads=POSITIONS, name=f"moe_positions_{be}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -506,6 +506,7 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
     # padding rows are never written: NaN in the interpreter, so a test sees any that leaks
     fill = torch.full if interpret else (lambda shape, _v, **kw: torch.empty(shape, **kw))
     ws = dict(counts=torch.empty(C, E, **i32), chunk_base=torch.empty(C, E, **i32),
+              step_base=torch.empty(R.step_base_shape(layer.entries, E), **i32),
               expert_start=torch.empty(1, E, **i32), totals=torch.empty(1, E, **i32),
               tile_expert=torch.empty(M // pad, 1, **i32), tiles=torch.empty(1, 1, **i32),
               pos=torch.empty(layer.entries, 1, **i32),
@@ -637,11 +638,12 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
         run(R.layout_small_kernel(be, pad, layer.tile_rows), ids, ids, ws["expert_start"],
             tile_expert, tiles, pos, *rows)
     else:
-        run(R.count_kernel(be), ids, ws["counts"])
+        run(R.count_kernel(be), ids, ws["counts"], ws["step_base"])
         run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
         run(R.layout_kernel(be, pad, layer.tile_rows), ws["totals"], ws["totals"].view(E, 1),
             ws["expert_start"], tile_expert, tiles, *rows)
-        run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["expert_start"], pos)
+        run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["step_base"],
+            ws["expert_start"], pos)
     if layer.fp8:
         _fp8_gemms(x, w13, w2, operands or _weight_scales(scales, layer), layer, run, ws)
         run(R.combine_kernel(layer.top_k, BH), ws["y"], pos, weights, out)

@@ -339,10 +339,11 @@ def test_layout_with_chunks_longer_than_one_step():
     totals = torch.full((1, E), -7, **i32)
     pos = torch.full((N, 1), -7, **i32)
     flat = ids.view(-1)
-    R.count_kernel(be).interpret(flat, counts)
+    steps = torch.full(R.step_base_shape(N, E), -7, **i32)
+    R.count_kernel(be).interpret(flat, counts, steps)
     R.scan_kernel(be).interpret(counts, base, totals)
     R.layout_kernel(be, bm).interpret(totals, totals.view(E, 1), start, te, tiles)
-    R.positions_kernel(be).interpret(flat, flat, base, start, pos)
+    R.positions_kernel(be).interpret(flat, flat, base, steps, start, pos)
     n = torch.bincount(flat.long(), minlength=E)
     padded = (n + bm - 1) // bm * bm
     first = torch.cumsum(padded, 0) - padded

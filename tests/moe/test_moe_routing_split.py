@@ -78,10 +78,11 @@ def _chain(mod, flat, E, bm):
     MT = mod.max_padded_rows(N, E, bm) // bm
     te, tiles = torch.full((MT, 1), -7, **i32), torch.full((1, 1), -7, **i32)
     pos = torch.full((N, 1), -7, **i32)
-    mod.count_kernel(be).interpret(flat, counts)
+    step = (torch.full(R.step_base_shape(N, E), -7, **i32),) if mod is R else ()
+    mod.count_kernel(be).interpret(flat, counts, *step)
     mod.scan_kernel(be).interpret(counts, base, totals)
     mod.layout_kernel(be, bm).interpret(totals, totals.view(E, 1), start, te, tiles)
-    mod.positions_kernel(be).interpret(flat, flat, base, start, pos)
+    mod.positions_kernel(be).interpret(flat, flat, base, *step, start, pos)
     return dict(start=start, te=te, tiles=tiles, pos=pos, totals=totals, C=C)
 
 

@@ -55,6 +55,8 @@ KERNELS = [
     ("scan", lambda: (R.scan_kernel(256), {})),
     ("layout", lambda: (R.layout_kernel(256, 128), {})),
     ("positions", lambda: (R.positions_kernel(32), {})),
+    ("positions E256", lambda: (R.positions_kernel(256), {})),
+    ("scan E32", lambda: (R.scan_kernel(32), {})),
     ("layout small", lambda: (R.layout_small_kernel(256, 8), {})),
     ("layout small E32", lambda: (R.layout_small_kernel(32, 16), {})),
     ("combine", lambda: (R.combine_kernel(8, M.BH), {})),
