@@ -115,11 +115,20 @@ def topk_softmax_kernel(logit_dtype: DType, top_k: int, renormalize: bool,
         # columns past E and winners of earlier rounds are -inf: below every real expert
         # (k <= E leaves a real one in every round), and the identity of the max
         p = ag.where(cols < Logits.shape[1], e / e.sum(axis=1), NEG_INF)
+        # the expert index in f32 (exact): the min over the hits starts from +inf, the min's
+        # identity (the verifier's fill.identity)
+        expert = cols.to(ag.f32)
         picked = []
-        for j in range(top_k):   # k rounds of argmax, each masking its winner
-            best = p.argmax(axis=1)
-            picked.append((best, p.max(axis=1)))
-            p = ag.where(cols == best, NEG_INF, p)
+        for j in range(top_k):   # k rounds, each masking its winner
+            # the winner: the lowest expert holding the max (the lowest NaN when there is
+            # one), as the argmax before it, from a max and a min (one shuffle and one
+            # max / min a level, not the argmax's two shuffles and NaN-aware compare); its
+            # weight is the max itself
+            top = p.max(axis=1)
+            hit = ag.where(top != top, p != p, p == top)
+            lowest = ag.where(hit, expert, float("inf")).min(axis=1)
+            picked.append((lowest.to(ag.i32), top))
+            p = ag.where(expert == lowest, NEG_INF, p)
         _store_topk(Ids, Weights, row0, picked, renormalize, 1.0)
 
     name = f"moe_topk_softmax_{logit_dtype.name}_k{top_k}" + ("_renorm" if renormalize else "")

@@ -68,6 +68,27 @@ def test_grouped_sigmoid_router_nan_ranks_first():
     assert torch.equal(out[0][1].nan_to_num(-1), out[1][1].nan_to_num(-1))
 
 
+@pytest.mark.parametrize("T,E,k,renorm,dtype", [
+    (37, 128, 8, True, torch.float32),       # Qwen3
+    (29, 8, 2, True, torch.bfloat16),        # Mixtral
+    (13, 8, 1, False, torch.float32),
+    (21, 40, 8, False, torch.float32),       # E no power of two: padding columns
+    (5, 256, 8, True, torch.bfloat16),
+])
+def test_softmax_router_is_bit_identical(T, E, k, renorm, dtype):
+    logits = _tied_logits(T, E, seed=T * E, levels=3).to(dtype)
+    logits[1, E // 2] = float("nan")      # a NaN row: every probability NaN
+    be = R.block_experts(E)
+    dt = ag.bf16 if dtype == torch.bfloat16 else ag.f32
+    out = [(torch.full((T, k), -7, dtype=torch.int32), torch.full((T, k), -7.0))
+           for _ in range(2)]
+    R.topk_softmax_kernel(dt, k, renorm, be).interpret(logits, *out[0])
+    OLD.topk_softmax_kernel(dt, k, renorm, be).interpret(logits, *out[1])
+    assert torch.equal(out[0][0], out[1][0])
+    assert torch.equal(out[0][1].nan_to_num(-1), out[1][1].nan_to_num(-1))
+    assert torch.equal(out[0][1].isnan(), out[1][1].isnan())
+
+
 def _chain(mod, flat, E, bm):
     """count, scan, layout, positions of module `mod` (its own chunking) on flat ids."""
     N, be = flat.numel(), mod.block_experts(E)
@@ -119,8 +140,9 @@ def test_layout_chain_is_bit_identical(T, E, k, bm):
     lambda: R.layout_kernel(256, 128), lambda: R.layout_kernel(32, 64),
     lambda: R.count_kernel(256), lambda: R.positions_kernel(256),
     lambda: R.topk_sigmoid_grouped_kernel(ag.bf16, 8, True, 256, 8, 4, 2.5),
+    lambda: R.topk_softmax_kernel(ag.bf16, 8, True, 128),
 ], ids=["scan256", "scan128", "scan32", "layout256", "layout32", "count256", "positions256",
-        "sigmoid_bf16"])
+        "sigmoid_bf16", "softmax_bf16_E128"])
 def test_reworked_routing_builds_for_sm90a_without_spills(build):
     """NVRTC to sm_90a: the scan's [64, 128] register tile (a column a thread) and the rest
     build without spills; the routers stay free of block barriers."""
