@@ -161,9 +161,10 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
     [T * G, E / G], and as [T, E] for the winners' weights, the bias as [G, E / G]);
     lane l holds expert l of every group, so a group's statistics are row reductions (five
     shuffle levels for all groups at once), the choice of groups is a column reduction
-    inside each thread, and each of the k rounds is a max and a min (inside the thread, then
-    across lanes). Ties as torch.topk and the
-    one-row kernel before it: the lower expert index; a NaN ranks above every number."""
+    inside each thread, which takes the chosen groups' rows out (a register a lane each), and
+    each of the k rounds is a max and a min over those (inside the thread, then across lanes).
+    Ties as torch.topk and the one-row kernel before it: the lower expert index; a NaN ranks
+    above every number."""
     gb, bg = block_groups(be, num_groups)
 
     def moe_topk_sigmoid_grouped(Logits: ag.Tensor["TG", "EG", logit_dtype],
@@ -176,11 +177,13 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
         rows = ag.arange(gb)[:, None]                    # [GB, 1]: group g
         cols = ag.arange(bg)[None, :]                    # [1, BG]: expert of the group
         valid = (rows < num_groups) & (cols < per)
-        # the expert index in f32 (exact below 2^24): its min over the hits starts from +inf,
-        # the min's identity (what the verifier's fill.identity asks of masked elements)
-        expert = (rows * per + cols).to(ag.f32)
         score = ag.sigmoid(ag.load(Logits, (t * num_groups, 0), (gb, bg)).to(ag.f32))
         choice = ag.where(valid, score + ag.load(Bias, (0, 0), (gb, bg)), NEG_INF)
+        # the expert index in f32 (exact below 2^24): its min over the hits starts from +inf,
+        # the min's identity (what the verifier's fill.identity asks of masked elements); its
+        # own index tiles, anchored to the scores' layout by a where (see `group`)
+        expert = (ag.arange(gb)[:, None] * per + ag.arange(bg)[None, :]).to(ag.f32)
+        expert = ag.where(score == score, expert, expert)
         # each group's score: the sum of its two best biased scores (the best twice when it
         # occurs twice; NaN when the group holds one)
         best = choice.max(axis=1)                                       # [GB, 1]
@@ -191,25 +194,34 @@ def topk_sigmoid_grouped_kernel(logit_dtype: DType, top_k: int, renormalize: boo
         # them anchors it: an index tile alone would take a layout of its own, and each use
         # beside the statistics would cost a shared-memory conversion)
         group = ag.where(best == best, ag.arange(gb)[:, None], ag.arange(gb)[:, None])
-        keep = group < 0   # all false
-        for _ in range(topk_groups):   # the best groups: the lower group on ties
-            chosen = group == group_score.argmax(axis=0)
-            keep = keep | chosen
+        # the best groups (the lower group on ties), each group's row of choices and expert
+        # indices taken out as a [1, BG] tile (one register a lane): the k rounds then work on
+        # topk_groups registers a lane instead of GB
+        kept, ids = [], []
+        for _ in range(topk_groups):
+            chosen = group == group_score.argmax(axis=0)                 # [GB, 1]
             group_score = ag.where(chosen, NEG_INF, group_score)
-        choice = ag.where(keep, choice, NEG_INF)
+            kept.append(ag.where(chosen, choice, NEG_INF).max(axis=0))   # [1, BG]
+            ids.append(ag.where(chosen, expert, 0.0).sum(axis=0))        # (one term: exact)
         picked = []
         for j in range(top_k):
-            top = choice.max(axis=0).max(axis=1)                        # [1, 1]
+            top = kept[0]
+            for row in kept[1:]:
+                top = ag.maximum(top, row)
+            top = top.max(axis=1)                                        # [1, 1]
             # the lowest expert holding the max (the lowest NaN when there is one)
-            hit = ag.where(top != top, choice != choice, choice == top)
-            lowest = ag.where(hit, expert, float("inf")).min(axis=0).min(axis=1)
-            won = expert == lowest
+            lowest = None
+            for row, index in zip(kept, ids):
+                hit = ag.where(top != top, row != row, row == top)
+                mine = ag.where(hit, index, float("inf"))
+                lowest = mine if lowest is None else ag.minimum(lowest, mine)
+            lowest = lowest.min(axis=1)
             best = lowest.to(ag.i32)
             # its weight: the unbiased score, recomputed from its logit (the same sigmoid of
             # the same value; a gather from L1 instead of two more reductions a round)
             at = ag.gather(Flat, (t, best))
             picked.append((best, ag.sigmoid(at.to(ag.f32))))
-            choice = ag.where(won, NEG_INF, choice)
+            kept = [ag.where(index == lowest, NEG_INF, row) for row, index in zip(kept, ids)]
         _store_topk(Ids, Weights, t, picked, renormalize, scale)
 
     name = (f"moe_topk_sigmoid_{logit_dtype.name}_k{top_k}_g{num_groups}_{topk_groups}"
