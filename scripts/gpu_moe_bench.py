@@ -1242,8 +1242,9 @@ def routing_launches(mod, run, logits, bias, layer, routing, bufs):
     step = (bufs["steps"],) if mod is R else ()   # the new count's per-step bases
     run(mod.count_kernel(be), flat, bufs["counts"], *step)
     run(mod.scan_kernel(be), bufs["counts"], bufs["base"], bufs["totals"])
-    run(mod.layout_kernel(be, pad), bufs["totals"], bufs["totals"].view(E, 1), bufs["start"],
-        bufs["te"], bufs["tiles"])
+    column = (bufs["totals"].view(E, 1),) if mod is not R else ()   # the old one's
+    run(mod.layout_kernel(be, pad), bufs["totals"], *column, bufs["start"], bufs["te"],
+        bufs["tiles"])
     run(mod.positions_kernel(be), flat, flat, bufs["base"], *step, bufs["start"], pos)
 
 

@@ -370,57 +370,48 @@ def scan_kernel(be: int) -> ag.KernelFunction:
 def layout_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunction:
     """From the per-expert totals: the padded segments expert_start[0, e] (rows, multiples of
     bm), tiles[0, 0] = the m-tiles of all segments, and tile_expert[m, 0] = the expert of
-    m-tile m (-1 past the last segment). A CTA per EB m-tiles: each works out the segments
-    (E / EB steps) and labels its own m-tiles (one step), so the serial chain is E / EB + 1
-    steps, not E / EB + MT / EB (DeepSeek-V3 at T = 16384: 9, not 48); CTA 0 stores
-    expert_start and tiles (each CTA stores them at its own row, past the end but for CTA 0's,
-    so the verifier sees one writer an element without a branch). tile_rows: one more output
-    after tiles, TileRows [MT, 1], the routed rows of each m-tile (_store_tile_block; 0 past
-    the last; each CTA its own EB m-tiles), for the grouped GEMMs'
-    MoeSchedule.skip_pad_halves."""
+    m-tile m (-1 past the last segment). A warp per EB m-tiles: each works out the segments
+    (the prefix over experts is one ag.scan along the [1, BE] row: registers, then five
+    shuffle levels) and labels its own m-tiles (one [EB, BE] step), so nothing is serial;
+    before, one CTA took E / EB prefix steps and MT / EB labelling steps (48 at DeepSeek-V3's
+    T = 16384). CTA 0 stores expert_start and tiles (each CTA stores them at its own row, past
+    the end but for CTA 0's, so the verifier sees one writer an element without a branch).
+    tile_rows: one more output after tiles, TileRows [MT, 1], the routed rows of each m-tile
+    (_store_tile_block, in the same [EB, BE] step as the labels: each CTA its own EB m-tiles;
+    0 past the last), for the grouped GEMMs' MoeSchedule.skip_pad_halves."""
 
-    # TotalsCol is the totals again as one column ([E, 1]): the prefix sum over experts pairs
-    # each expert (a column of the tile) with the earlier ones (rows), EB of them per step.
     # ExpertStart names its dim apart ("ES"): its value at e sums other experts' tiles.
-    def layout(Totals, TotalsCol, ExpertStart, TileExpert, Tiles, TileRows):
+    def layout(Totals, ExpertStart, TileExpert, Tiles, TileRows):
         (block,) = ag.grid(ag.cdiv(TileExpert.shape[0], EB))
         E = Totals.shape[1]
-        ag.tag_assume(lambda: ag.tag_all(ag.sym(TotalsCol.shape[0]) == ag.sym(E),
-                                         ag.sym(ExpertStart.shape[1]) == ag.sym(E)))
+        ag.tag_assume(lambda: ag.sym(ExpertStart.shape[1]) == ag.sym(E))
         cols = ag.arange(be)[None, :]
         # m-tiles per expert (integer division; 0 past E)
         tiles = ag.where(cols < E, (ag.load(Totals, (0, 0), (1, be)) + (bm - 1)) / bm, 0)
         # exclusive prefix sum over experts: start[e] = sum of tiles[e'] for e' < e
-        start = ag.zeros((1, be), ag.i32)
-        for e0 in ag.range(0, E, EB):
-            earlier = ag.arange(EB)[:, None] + e0                        # [EB, 1]: e'
-            block_tiles = ag.load(TotalsCol, (e0, 0), (EB, 1))
-            block_tiles = ag.where(earlier < E, (block_tiles + (bm - 1)) / bm, 0)
-            start = start + ag.where(earlier < cols, block_tiles, 0).sum(axis=0)
+        start, total = ag.scan(tiles, "sum", 1, exclusive=True)
         # CTA 0's row: the other CTAs' rows lie past these one-row tensors and are dropped
         ag.store(ExpertStart, (block, 0), start * bm)
-        ag.store(Tiles, (block, 0), tiles.sum(axis=1))
+        ag.store(Tiles, (block, 0), total)
         rows = None if TileRows is None else \
             (TileRows, ag.where(cols < E, ag.load(Totals, (0, 0), (1, be)), 0), bm)
         _store_tile_block(TileExpert, block * EB, start, tiles, E, rows)
 
     if tile_rows:
         def moe_layout_rows(Totals: ag.Tensor[1, "E", ag.i32],
-                            TotalsCol: ag.Tensor["EC", 1, ag.i32],
                             ExpertStart: ag.Tensor[1, "ES", ag.i32],
                             TileExpert: ag.Tensor["MT", 1, ag.i32],
                             Tiles: ag.Tensor[1, 1, ag.i32],
                             TileRows: ag.Tensor["MT", 1, ag.i32]):
-            layout(Totals, TotalsCol, ExpertStart, TileExpert, Tiles, TileRows)
+            layout(Totals, ExpertStart, TileExpert, Tiles, TileRows)
 
-        return ag.kernel(moe_layout_rows, threads=128, name=f"moe_layout_rows_{be}_{bm}")
+        return ag.kernel(moe_layout_rows, threads=32, name=f"moe_layout_rows_{be}_{bm}")
 
-    def moe_layout(Totals: ag.Tensor[1, "E", ag.i32], TotalsCol: ag.Tensor["EC", 1, ag.i32],
-                   ExpertStart: ag.Tensor[1, "ES", ag.i32], TileExpert: ag.Tensor["MT", 1, ag.i32],
-                   Tiles: ag.Tensor[1, 1, ag.i32]):
-        layout(Totals, TotalsCol, ExpertStart, TileExpert, Tiles, None)
+    def moe_layout(Totals: ag.Tensor[1, "E", ag.i32], ExpertStart: ag.Tensor[1, "ES", ag.i32],
+                   TileExpert: ag.Tensor["MT", 1, ag.i32], Tiles: ag.Tensor[1, 1, ag.i32]):
+        layout(Totals, ExpertStart, TileExpert, Tiles, None)
 
-    return ag.kernel(moe_layout, threads=128, name=f"moe_layout_{be}_{bm}")
+    return ag.kernel(moe_layout, threads=32, name=f"moe_layout_{be}_{bm}")
 
 
 @functools.lru_cache(maxsize=None)

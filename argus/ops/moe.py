@@ -640,8 +640,8 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     else:
         run(R.count_kernel(be), ids, ws["counts"], ws["step_base"])
         run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
-        run(R.layout_kernel(be, pad, layer.tile_rows), ws["totals"], ws["totals"].view(E, 1),
-            ws["expert_start"], tile_expert, tiles, *rows)
+        run(R.layout_kernel(be, pad, layer.tile_rows), ws["totals"], ws["expert_start"],
+            tile_expert, tiles, *rows)
         run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["step_base"],
             ws["expert_start"], pos)
     if layer.fp8:

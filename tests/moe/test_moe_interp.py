@@ -342,7 +342,7 @@ def test_layout_with_chunks_longer_than_one_step():
     steps = torch.full(R.step_base_shape(N, E), -7, **i32)
     R.count_kernel(be).interpret(flat, counts, steps)
     R.scan_kernel(be).interpret(counts, base, totals)
-    R.layout_kernel(be, bm).interpret(totals, totals.view(E, 1), start, te, tiles)
+    R.layout_kernel(be, bm).interpret(totals, start, te, tiles)
     R.positions_kernel(be).interpret(flat, flat, base, steps, start, pos)
     n = torch.bincount(flat.long(), minlength=E)
     padded = (n + bm - 1) // bm * bm

@@ -102,7 +102,8 @@ def _chain(mod, flat, E, bm):
     step = (torch.full(R.step_base_shape(N, E), -7, **i32),) if mod is R else ()
     mod.count_kernel(be).interpret(flat, counts, *step)
     mod.scan_kernel(be).interpret(counts, base, totals)
-    mod.layout_kernel(be, bm).interpret(totals, totals.view(E, 1), start, te, tiles)
+    column = (totals.view(E, 1),) if mod is OLD else ()
+    mod.layout_kernel(be, bm).interpret(totals, *column, start, te, tiles)
     mod.positions_kernel(be).interpret(flat, flat, base, *step, start, pos)
     return dict(start=start, te=te, tiles=tiles, pos=pos, totals=totals, C=C)
 

@@ -76,8 +76,7 @@ def test_tile_rows_are_each_tiles_routed_rows(small, pad):
                                                            *extra)
         else:
             totals = torch.tensor([counts], **i32)
-            R.layout_kernel(be, pad, rows).interpret(totals, totals.view(E, 1), start, te,
-                                                     tiles, *extra)
+            R.layout_kernel(be, pad, rows).interpret(totals, start, te, tiles, *extra)
         outs[rows] = (te, tiles, start, pos, *extra)
     for a, b in zip(outs[False], outs[True]):
         assert torch.equal(a, b)
