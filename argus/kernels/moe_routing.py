@@ -9,6 +9,8 @@ The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
     scan         (a CTA per 128 experts)  counts               -> chunk_base [C, E], totals [1, E]
     layout       (a CTA per 32 m-tiles)   totals               -> expert_start [1, E] (rows),
                                                                   tile_expert [MT, 1], tiles [1, 1]
+                                          (tile_rows=True: tile_rows [MT, 1] too, each m-tile's
+                                          routed rows, for MoeSchedule.skip_pad_halves)
     positions    (grid: chunks)           ids, chunk_base, expert_start -> pos [N, 1]
     (count, scan, layout and positions are one launch, layout_small, for a few entries)
     permute      (grid: tokens x columns) x [T, H], pos        -> xp [M_pad, H]

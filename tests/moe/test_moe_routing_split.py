@@ -135,15 +135,102 @@ def test_layout_chain_is_bit_identical(T, E, k, bm):
     assert new["pos"].view(-1).long().tolist() == expect.tolist()
 
 
+def _tile_rows_of(out, bm):
+    """TileRows as a layout's other outputs imply it: m-tile m of expert e = te[m] (its
+    segment starting at m-tile start[e] / bm) holds min(bm, totals[e] - (m - start[e] / bm) *
+    bm) routed rows; 0 past the last m-tile."""
+    totals, start, te = out["totals"].view(-1), out["start"].view(-1), out["te"].view(-1)
+    rows = torch.zeros_like(te)
+    for m in range(out["tiles"].item()):
+        e = te[m].item()
+        rows[m] = min(bm, totals[e].item() - (m - start[e].item() // bm) * bm)
+    return rows
+
+
+def _routed_rows(counts, bm):
+    """Each m-tile's routed rows, from the per-expert counts alone (zero-row experts have no
+    m-tile)."""
+    return [min(bm, c - j * bm) for c in counts for j in range(-(-c // bm))]
+
+
+@pytest.mark.parametrize("T,E,k,bm,unused,ctas", [
+    (2100, 256, 8, 128, (255,), 13),             # DeepSeek-V3's experts
+    (1000, 128, 8, 64, (0, 77, 127), 8),         # zero-row experts first, inside, last
+    (4101, 8, 2, 128, (3,), 3),
+    (129, 8, 1, 64, (0,), 1),
+    (300, 256, 8, 8, (1, 2, 3, 200, 255), 17),   # m-tiles of 8 rows
+    (777, 64, 4, 16, tuple(range(0, 64, 5)), 8),
+])
+def test_layout_tile_rows_equal_the_old_chains(T, E, k, bm, unused, ctas):
+    """layout_kernel(tile_rows=True) (the warp per 32 m-tiles) writes the same expert_start,
+    tile_expert and tiles as the old chain, and TileRows bit-identical to what the old chain's
+    outputs imply (what the single-CTA layout's tile_rows variant wrote, h262) and to the
+    counts' own m-tiles; up to 17 layout CTAs, zero-row experts (no m-tile) and T no multiple
+    of anything."""
+    g = torch.Generator().manual_seed(T + bm)
+    scores = torch.rand(T, E, generator=g)
+    scores[:, 0 if 0 not in unused else E // 2] += 0.3
+    scores[:, list(unused)] = -1.0
+    flat = scores.topk(k, dim=1).indices.int().view(-1).contiguous()
+    old = _chain(OLD, flat, E, bm)
+    N, be, i32 = flat.numel(), R.block_experts(E), dict(dtype=torch.int32)
+    MT = R.max_padded_rows(N, E, bm) // bm
+    start, tiles = torch.full((1, E), -7, **i32), torch.full((1, 1), -7, **i32)
+    te, rows = torch.full((MT, 1), -7, **i32), torch.full((MT, 1), -7, **i32)
+    R.layout_kernel(be, bm, True).interpret(old["totals"].clone(), start, te, tiles, rows)
+    assert -(-MT // R.EB) == ctas               # layout CTAs (a warp per EB m-tiles)
+    for key, got in (("start", start), ("te", te), ("tiles", tiles)):
+        assert torch.equal(got, old[key]), key
+    counts = torch.bincount(flat.long(), minlength=E).tolist()
+    assert all(counts[e] == 0 for e in unused)
+    expect = _routed_rows(counts, bm)
+    assert torch.equal(rows.view(-1), _tile_rows_of(old, bm))
+    assert rows.view(-1).tolist() == expect + [0] * (MT - len(expect))
+
+
+@pytest.mark.parametrize("T,E,k,bm,unused", [
+    (13, 8, 2, 16, (5,)),                   # Mixtral decode
+    (32, 128, 8, 8, (0, 64, 127)),          # 256 entries: the largest layout_small takes
+    (7, 32, 4, 64, (1, 30, 31)),
+    (1, 256, 8, 128, ()),                   # DeepSeek-V3 decode: block_experts 256
+])
+def test_small_layout_tile_rows_equal_the_old_kernels(T, E, k, bm, unused):
+    """layout_small_kernel(tile_rows=True) (decode: count, scan, layout and positions in one
+    CTA) writes what the old four-kernel chain writes, and TileRows as those outputs imply."""
+    g = torch.Generator().manual_seed(T * E)
+    scores = torch.rand(T, E, generator=g)
+    if unused:
+        scores[:, list(unused)] = -1.0
+    flat = scores.topk(k, dim=1).indices.int().view(-1).contiguous()
+    N, be, i32 = flat.numel(), R.block_experts(E), dict(dtype=torch.int32)
+    assert R.small_layout(N, E) or be > R.SMALL_EXPERTS
+    old = _chain(OLD, flat, E, bm)
+    MT = R.max_padded_rows(N, E, bm) // bm
+    new = dict(start=torch.full((1, E), -7, **i32), te=torch.full((MT, 1), -7, **i32),
+               tiles=torch.full((1, 1), -7, **i32), pos=torch.full((N, 1), -7, **i32),
+               rows=torch.full((MT, 1), -7, **i32))
+    R.layout_small_kernel(be, bm, True).interpret(flat, flat, new["start"], new["te"],
+                                                  new["tiles"], new["pos"], new["rows"])
+    for key in ("start", "te", "tiles", "pos"):
+        assert torch.equal(new[key], old[key]), key
+    counts = torch.bincount(flat.long(), minlength=E).tolist()
+    expect = _routed_rows(counts, bm)
+    assert torch.equal(new["rows"].view(-1), _tile_rows_of(old, bm))
+    assert new["rows"].view(-1).tolist() == expect + [0] * (MT - len(expect))
+
+
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 @pytest.mark.parametrize("build", [
     lambda: R.scan_kernel(256), lambda: R.scan_kernel(128), lambda: R.scan_kernel(32),
     lambda: R.layout_kernel(256, 128), lambda: R.layout_kernel(32, 64),
+    lambda: R.layout_kernel(256, 128, True), lambda: R.layout_kernel(32, 64, True),
+    lambda: R.layout_small_kernel(128, 8, True), lambda: R.layout_small_kernel(32, 16, True),
     lambda: R.count_kernel(256), lambda: R.positions_kernel(256),
     lambda: R.topk_sigmoid_grouped_kernel(ag.bf16, 8, True, 256, 8, 4, 2.5),
     lambda: R.topk_softmax_kernel(ag.bf16, 8, True, 128),
-], ids=["scan256", "scan128", "scan32", "layout256", "layout32", "count256", "positions256",
-        "sigmoid_bf16", "softmax_bf16_E128"])
+], ids=["scan256", "scan128", "scan32", "layout256", "layout32", "layout_rows256",
+        "layout_rows32", "layout_small_rows128", "layout_small_rows32", "count256",
+        "positions256", "sigmoid_bf16", "softmax_bf16_E128"])
 def test_reworked_routing_builds_for_sm90a_without_spills(build):
     """NVRTC to sm_90a: the scan's [64, 128] register tile (a column a thread) and the rest
     build without spills; the routers stay free of block barriers."""

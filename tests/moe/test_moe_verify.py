@@ -59,6 +59,12 @@ KERNELS = [
     ("scan E32", lambda: (R.scan_kernel(32), {})),
     ("layout small", lambda: (R.layout_small_kernel(256, 8), {})),
     ("layout small E32", lambda: (R.layout_small_kernel(32, 16), {})),
+    # tile_rows: the layouts that also write TileRows (MoeSchedule.skip_pad_halves)
+    ("layout rows", lambda: (R.layout_kernel(256, 128, True), {})),
+    ("layout rows pad 8", lambda: (R.layout_kernel(256, 8, True), {})),
+    ("layout rows E32", lambda: (R.layout_kernel(32, 64, True), {})),
+    ("layout small rows", lambda: (R.layout_small_kernel(128, 8, True), {})),
+    ("layout small rows E32", lambda: (R.layout_small_kernel(32, 16, True), {})),
     ("combine", lambda: (R.combine_kernel(8, M.BH), {})),
     ("permute", lambda: (R.permute_kernel(8, M.BH), {})),
 ]
