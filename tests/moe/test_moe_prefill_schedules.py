@@ -227,7 +227,9 @@ needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not instal
 def _compile(gated: bool, schedule):
     from argus.runtime.compile import compile_cuda
 
-    source = codegen.render(lower_only(grouped_gemm_kernel(gated), s=schedule))
+    # a skip_pad_halves schedule (the bench's rule-skip / tma-skip) takes routing's TileRows
+    kernel = grouped_gemm_kernel(gated, tile_rows=schedule.skip_pad_halves)
+    source = codegen.render(lower_only(kernel, s=schedule))
     return compile_cuda(source.text, [source.name], use_cache=False).resource(source.name)
 
 
@@ -332,7 +334,7 @@ def test_bench_prefill_run_plumbing(monkeypatch):
         assert d["gate_up_tflops"] == pytest.approx(2 * T * k * H * 2 * I / 1e-3 / 1e12)
         # every entry of ids is expert 0 or 1: T rows each, padded to the schedule's pad (the
         # rule's at T = 8 is the decode token tile: 2 * T * k / E = 4 rows -> 8)
-        pad = {"rule": 8, "both-4st-nocluster": 128}.get(name, 256)
+        pad = {"rule": 8, "both-4st-nocluster": 128, "tma-skip": 128}.get(name, 256)
         assert d["padded_rows"] == 2 * pad, (name, d["padded_rows"])
     text = bench.prefill_table([row])
     assert text.count("pair-n") == sum("pair-n" in n for n in names) and "| rule | " in text
