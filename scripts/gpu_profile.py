@@ -150,8 +150,15 @@ def moe_fp8_calls() -> list:
     x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
     logits = torch.randn(T, E, generator=g, device="cuda")
 
+    # MOE_FP8_VARIANT: one of gpu_moe_bench.fp8_variants() instead of the default schedule
+    variant = __import__("os").environ.get("MOE_FP8_VARIANT")
+    schedule = None
+    if variant:
+        from gpu_moe_bench import fp8_variants
+        schedule = fp8_variants()[variant]
+
     def layer():
-        return argus.ops.moe(x, w13, w2, logits, k, scoring="sigmoid",
+        return argus.ops.moe(x, w13, w2, logits, k, scoring="sigmoid", schedule=schedule,
                              e_score_correction_bias=bias, num_expert_group=groups,
                              topk_group=topk_groups, routed_scaling_factor=rscale,
                              w13_scale=s13, w2_scale=s2)
