@@ -1033,6 +1033,13 @@ def fp8_variants() -> dict:
             "split_tma_cluster": replace(FP8_PREFILL_SPLIT_TMA, cluster_m=2),
             "split_tma_cluster_skip": replace(FP8_PREFILL_SPLIT_TMA, cluster_m=2,
                                               skip_pad_halves=True),
+            # one CTA a unit (num_sms past the unit count: the hardware hands units out in
+            # order as SMs free up) instead of the persistent walk, whose CTAs drift apart
+            # over ~140 long gate-up units so the m-tiles of one expert stop sharing weight
+            # reads in L2; on both GEMMs, and on the gate-up only
+            "split_smem_tma_grid": replace(FP8_PREFILL_SPLIT_SMEM_TMA, num_sms=1 << 20),
+            "split_smem_tma_grid_gateup": (replace(FP8_PREFILL_SPLIT_SMEM_TMA, num_sms=1 << 20),
+                                           FP8_PREFILL_SPLIT_SMEM_TMA),
             # the default with MoeSchedule.skip_pad_halves (both GEMMs): a consumer
             # warpgroup whose 64 rows of an expert's last m-tile are all padding only
             # releases the unit's stages (no wgmma, promotion or epilogue; TileRows from the
