@@ -250,6 +250,11 @@ def prefill_variants() -> dict:
             # when its expert's last unit has <= 128 rows. Not measured on a GPU yet
             "rule-skip": (replace(base, skip_pad_halves=True),
                           replace(base, skip_pad_halves=True)),
+            # one cluster a unit instead of the persistent walk (num_sms past the unit
+            # count: the hardware hands units out in order), so the m-tiles sharing a weight
+            # tile stay in step and share its L2 reads (the fp8 gate-up's persistent CTAs
+            # drift apart: ncu, 2026-12-06, docs/perf/moe.md)
+            "rule-grid": (replace(base, num_sms=1 << 20), replace(base, num_sms=1 << 20)),
             "tma-skip": (replace(PREFILL_TMA, skip_pad_halves=True),
                          replace(PREFILL_TMA, skip_pad_halves=True))}
 
