@@ -214,6 +214,13 @@ class MoeSchedule(WarpSpecializedSchedule):
             problems.append("skip_pad_halves skips a cooperative consumer warpgroup's padding "
                             "rows of a prefill m-tile: it needs swap_ab=False and "
                             "pingpong=False")
+        elif self.skip_pad_halves and self.consumers == 1 and self.cluster_m == 1:
+            # routed_rows: the skip's granule is a warpgroup's rows, here the whole unit
+            problems.append(f"skip_pad_halves with consumers=1 and cluster_m=1: the one "
+                            f"consumer warpgroup holds all {self.pad} rows of a unit, and "
+                            f"every unit routing counts holds a routed row, so nothing would "
+                            f"be skipped (each unit would only read TileRows); use "
+                            f"consumers=2 or cluster_m=2, or skip_pad_halves=False")
         if not 1 <= self.split_k <= MAX_SPLITS or (self.split_k > 1 and not self.swap_ab):
             problems.append(f"split_k={self.split_k}: 1..{MAX_SPLITS} K slices, more than one "
                             f"only with swap_ab (decode)")

@@ -22,9 +22,9 @@ from argus import codegen, verify
 from argus.compiler import lower_only
 from argus.kernels import moe as MK
 from argus.kernels import moe_routing as R
-from argus.kernels.moe import (DECODE, PREFILL, PREFILL_TMA, PREFILL_TMA_CLUSTER, MoeSchedule,
-                               grouped_gemm_kernel)
-from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, grouped_gemm_fp8_kernel,
+from argus.kernels.moe import (DECODE, PREFILL, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
+                               MoeSchedule, grouped_gemm_kernel)
+from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL, grouped_gemm_fp8_kernel,
                                    grouped_gemm_fp8_smem_kernel)
 from argus.runtime import nvrtc_available
 
@@ -190,6 +190,13 @@ def test_schedule_and_kernel_checks():
                     skip_pad_halves=True)
     with pytest.raises(ValueError, match="tile_rows"):
         grouped_gemm_kernel(True, True, tile_rows=True)
+    # one warpgroup holding the unit's whole pad rows: every unit routing counts has a routed
+    # row there, so the skip could never fire (only TileRows would be read)
+    for one in (SMALL, FP8_SMALL, replace(PREFILL_TMA, bm=64, consumers=1),
+                replace(PREFILL_TMA, bm=64, consumers=1, cluster_n=2, bn=128)):
+        with pytest.raises(ValueError, match="nothing would be skipped"):
+            replace(one, skip_pad_halves=True)
+    replace(SMALL, cluster_m=2, skip_pad_halves=True)   # the pair's second CTA can skip
     skip = replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True)
     with pytest.raises(ag.TraceError, match="tile_rows=True"):
         lower_only(grouped_gemm_fp8_smem_kernel(True), s=skip)
