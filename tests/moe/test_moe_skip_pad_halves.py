@@ -22,10 +22,10 @@ from argus import codegen, verify
 from argus.compiler import lower_only
 from argus.kernels import moe as MK
 from argus.kernels import moe_routing as R
-from argus.kernels.moe import (DECODE, PREFILL, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
-                               MoeSchedule, grouped_gemm_kernel)
-from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL, grouped_gemm_fp8_kernel,
-                                   grouped_gemm_fp8_smem_kernel)
+from argus.kernels.moe import (DECODE, PREFILL, PREFILL_DOWN_PAIR_N, PREFILL_TMA,
+                               PREFILL_TMA_CLUSTER, SMALL, MoeSchedule, grouped_gemm_kernel)
+from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_PREFILL_SPLIT_TMA, FP8_SMALL,
+                                   grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel)
 from argus.runtime import nvrtc_available
 
 from tests.moe.test_moe_fp8_layer import _fp8_weights, _rel
@@ -132,6 +132,8 @@ CASES = [
     ("bf16 tma", PREFILL_TMA, False),
     ("bf16 tma cluster", PREFILL_TMA_CLUSTER, False),   # 256-row units: whole CTAs skip
     ("bf16 direct", PREFILL, False),
+    # 2x1 pairs along N: both CTAs of a pair skip the same warpgroup of the shared token tile
+    ("bf16 tma pair-n", replace(PREFILL_DOWN_PAIR_N, stages=2), False),
 ]
 
 
@@ -141,9 +143,24 @@ def test_skip_gives_the_same_layer_and_leaves_padding_halves_unwritten(name, sch
     skip; the skipped warpgroups' rows of y keep the sentinel (they were skipped: without the
     skip those rows are computed, NaN from the interpreter's NaN padding of the permuted
     input), and no padding row reaches the output."""
+    _check_skip(schedule, fp8, COUNTS)
+
+
+@pytest.mark.parametrize("schedule,fp8", [(PREFILL_TMA, False),
+                                          (FP8_PREFILL_SPLIT_SMEM_TMA, True)],
+                         ids=["bf16 tma", "fp8 split_smem_tma"])
+def test_skip_with_the_one_launch_layout(schedule, fp8):
+    """As above with few entries (140 over 6 experts): argus.ops.moe takes layout_small, whose
+    tile_rows variant writes TileRows (tails of 30, 69, 1 and 40 rows, two zero-row experts)."""
+    counts = [30, 0, 69, 1, 0, 40]
+    assert R.small_layout(sum(counts), len(counts))
+    _check_skip(schedule, fp8, counts)
+
+
+def _check_skip(schedule, fp8: bool, counts) -> None:
     skip = replace(schedule, skip_pad_halves=True)
-    out, ws, exact = _layer(skip, fp8)
-    base, base_ws, _ = _layer(schedule, fp8)
+    out, ws, exact = _layer(skip, fp8, counts=counts)
+    base, base_ws, _ = _layer(schedule, fp8, counts=counts)
     assert torch.equal(out, base)
     assert not torch.isnan(out).any(), "a padding row reached the output"
     assert _rel(out, exact) < 1e-2, _rel(out, exact)
@@ -249,19 +266,49 @@ def test_tile_rows_layouts_verify_clean(name):
     assert not report.errors, "\n".join(str(d) for d in report.errors)
 
 
+# the epilogues' barrier forms on top: 2x1 pairs along N (both CTAs skip the same warpgroup)
+BARRIER_KERNELS = KERNELS + [
+    ("bf16 down tma pair-n", lambda: grouped_gemm_kernel(False, tile_rows=True),
+     replace(PREFILL_DOWN_PAIR_N, skip_pad_halves=True)),
+    ("fp8 gate_up global scales tma quantize",
+     lambda: grouped_gemm_fp8_kernel(True, True, False, True),
+     replace(FP8_PREFILL_SPLIT_TMA, quantize_out=True, skip_pad_halves=True)),
+]
+
+
+@pytest.mark.parametrize("name,build,schedule", BARRIER_KERNELS,
+                         ids=[k[0] for k in BARRIER_KERNELS])
+def test_skipping_warpgroup_misses_no_shared_barrier(name, build, schedule):
+    """The skipping warpgroup never reaches its epilogue, so every barrier the consumer role
+    syncs on must be its own warpgroup's (codegen's named barrier 1 + wg over 128 threads,
+    before a TMA store reads the staging): a barrier shared by both consumer warpgroups (a
+    CTA-wide __syncthreads, a named barrier over 256 threads, a cluster sync inside the unit
+    loop) would hang the working one on the GPU, which neither the interpreter nor the
+    verifier's pipe rules would show. The cluster sync at the kernel's end is every thread's."""
+    import re
+
+    text = codegen.render(lower_only(build(), s=schedule)).text
+    consumer = text[text.index("// role consumer"):]
+    exit_sync = "ag::cluster_sync();\n}"
+    if schedule.cluster_m * schedule.cluster_n > 1:
+        assert consumer.rstrip().endswith(exit_sync), consumer[-200:]
+        consumer = consumer.rstrip()[:-len(exit_sync)]
+    barriers = re.findall(r"named_barrier_\w+\([^;]*\)|__syncthreads\(\)|cluster_\w*sync\w*\("
+                          r"|bar\.sync|barrier\.cluster", consumer)
+    assert set(barriers) <= {"named_barrier_sync(1 + threadIdx.x / 128, 128)"}, barriers
+
+
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 @pytest.mark.parametrize("name,build,schedule", KERNELS[:2] + KERNELS[4:6],
                          ids=[k[0] for k in KERNELS[:2] + KERNELS[4:6]])
 def test_skip_kernels_build_without_spills(name, build, schedule):
-    """sm_90a, no spills; the skipping branch waits for each stage and arrives on its empty
-    barrier (no wgmma), and the epilogue's barriers stay per warpgroup (128 threads)."""
+    """sm_90a, no spills (the epilogue's barriers:
+    test_skipping_warpgroup_misses_no_shared_barrier)."""
     from argus.runtime.compile import compile_cuda
 
     source = codegen.render(lower_only(build(), s=schedule))
     assert source.dynamic_smem <= 227 * 1024, source.dynamic_smem
     assert "TileRows" in source.text
-    assert "named_barrier_sync(1 + threadIdx.x / 128, 128)" in source.text
-    assert "named_barrier_sync(1, 256)" not in source.text
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert binary.arch == "sm_90a"
     res = binary.resource(source.name)
