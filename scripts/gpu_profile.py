@@ -20,8 +20,9 @@ prefill64_4k (the same at hd64, 32 heads, batch 4 x 4096), fp8prefill8k (prefill
 argus.ops.attention_fp8 on the e4m3 copies, V given transposed), moefp8 (argus.ops.moe's fp8
 block-scaled layer at DeepSeek-V3 T = 16384, every kernel of the layer; beside it
 argus.ops.scaled_matmul's dense block-scaled GEMM at the gate-up's and the down's shapes
-(M = the routed rows: does the grouped walk lose to the dense one?) and torch._scaled_mm at the
-same shapes; profile only the GEMMs with ncu's --kernel-name regex:"fp8|gemm|scaled"). The xu% / fma% / alu%
+(M = the routed rows: does the grouped walk lose to the dense one?; torch._scaled_mm at those
+shapes is scripts/gpu_baseline_kernels.py's); profile only the GEMMs with ncu's --kernel-name
+regex:"fp8|gemm|scaled"). The xu% / fma% / alu%
 columns are the MUFU (exp2), FMA and ALU pipes' busy shares: the softmax's pipes.
 --summarize prints one line per kernel: duration,
 DRAM and L2 throughput, tensor-pipe use, issue slots, and the top stall reasons.

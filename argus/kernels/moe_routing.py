@@ -5,13 +5,13 @@ grouped GEMM's BLOCK_M), then the copy of token rows into that layout and the fi
 The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
 
     topk_softmax / topk_sigmoid_grouped   logits [T, E]       -> ids [T, k], weights [T, k]
-    count        (grid: chunks of entries) ids [N]            -> counts [C, E]
+    count        (grid: chunks of entries) ids [N]            -> counts [C, E], step_base [C, S, E]
     scan         (a CTA per 128 experts)  counts               -> chunk_base [C, E], totals [1, E]
     layout       (a CTA per 32 m-tiles)   totals               -> expert_start [1, E] (rows),
                                                                   tile_expert [MT, 1], tiles [1, 1]
                                           (tile_rows=True: tile_rows [MT, 1] too, each m-tile's
                                           routed rows, for MoeSchedule.skip_pad_halves)
-    positions    (grid: chunks)           ids, chunk_base, expert_start -> pos [N, 1]
+    positions    (a thread an entry)      ids, chunk_base, step_base, expert_start -> pos [N, 1]
     (count, scan, layout and positions are one launch, layout_small, for a few entries)
     permute      (grid: tokens x columns) x [T, H], pos        -> xp [M_pad, H]
     (the grouped GEMMs of argus/kernels/moe.py run over xp's first tiles[0] * BM rows)
@@ -20,8 +20,9 @@ The pipeline, for T tokens, E experts, top-k k, N = T * k (token, slot) entries:
 No atomics or sorting (routing stays deterministic); the scan over chunks is ag.scan down a
 column in registers. A count is the column sum of a one-hot tile (ids[:, None] ==
 arange(E)[None, :]); an exclusive prefix sum over E experts is the column sum of a
-strictly-triangular mask times the values; the rank of an entry among the
-earlier entries of its chunk with the same expert is the row sum of an [S, S] comparison. Every
+strictly-triangular mask times the values (layout_small; layout_kernel scans the [1, BE] row);
+the rank of an entry among the earlier entries of its 32-entry step with the same expert is the
+row sum of a row of SUB comparisons (the chunk's earlier steps: count's step_base). Every
 step is a fixed-size tile computation or a loop with a carried tile, so nothing waits on the
 host and the whole routing can be captured in a CUDA graph.
 
