@@ -85,7 +85,8 @@ def chunk_entries(entries: int) -> int:
     and their number grows instead: count and positions keep eight steps a chunk and get a
     CTA for every SM (DeepSeek-V3 at T = 16384: 512 chunks of 256 instead of 90 of 1472,
     whose 46 serial steps on 90 SMs were most of the routing's time). The kernels take the
-    chunk count from their operands' shapes (`_chunk`)."""
+    chunk from their operands' shapes (no scalar parameter: launches stay cached): the chunk
+    count from counts' rows, its SUB-entry steps from step_base's (`step_base_shape`)."""
     balanced = min(CHUNK, math.isqrt(SUB * entries // 2))
     per = max(-(-entries // MAX_CHUNKS), balanced)
     return max(SUB, -(-per // SUB) * SUB)
@@ -251,14 +252,6 @@ def _store_topk(Ids, Weights, row0, picked, renormalize: bool, scale: float) -> 
 def _indicator(cond):
     """The i32 tile 1 where `cond` holds, else 0 (a count once summed)."""
     return ag.where(cond, ag.full((1,) * len(cond.shape), 1, ag.i32), 0)
-
-
-def _chunk(entries, chunks):
-    """Entries per chunk from the runtime N and chunk count C (no scalar parameter: launches
-    stay cached): N / C rounded up to a multiple of SUB, so C chunks cover all N entries (the
-    host picked C = ceil(N / chunk_entries(N)); this may come out smaller than that chunk,
-    never too small)."""
-    return ag.cdiv(ag.cdiv(entries, chunks), SUB) * SUB
 
 
 def _one_hot(ids, be: int):
