@@ -451,14 +451,6 @@ class Layer:
         return R.block_experts(self.experts)
 
     @property
-    def chunk(self) -> int:
-        return R.chunk_entries(self.entries)
-
-    @property
-    def chunks(self) -> int:
-        return -(-self.entries // self.chunk)
-
-    @property
     def padded_rows(self) -> int:
         return R.max_padded_rows(self.entries, self.experts, self.schedule.pad)
 
@@ -499,14 +491,15 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
         if found is not None:
             _WORKSPACES.move_to_end(key)
             return found
-    E, pad = layer.experts, layer.schedule.pad
-    C, M = layer.chunks, layer.padded_rows
+    E, pad, M = layer.experts, layer.schedule.pad, layer.padded_rows
+    # count's chunks of entries and their steps: one shape for counts, chunk_base, step_base
+    C, steps, _ = R.step_base_shape(layer.entries, E)
     i32 = dict(dtype=torch.int32, device=device)
     bf = dict(dtype=torch.bfloat16, device=device)
     # padding rows are never written: NaN in the interpreter, so a test sees any that leaks
     fill = torch.full if interpret else (lambda shape, _v, **kw: torch.empty(shape, **kw))
     ws = dict(counts=torch.empty(C, E, **i32), chunk_base=torch.empty(C, E, **i32),
-              step_base=torch.empty(R.step_base_shape(layer.entries, E), **i32),
+              step_base=torch.empty(C, steps, E, **i32),
               expert_start=torch.empty(1, E, **i32), totals=torch.empty(1, E, **i32),
               tile_expert=torch.empty(M // pad, 1, **i32), tiles=torch.empty(1, 1, **i32),
               pos=torch.empty(layer.entries, 1, **i32),
