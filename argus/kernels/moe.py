@@ -475,21 +475,30 @@ def routed_rows(TileRows, s: MoeSchedule, m, wg):
     return ag.load_scalar(TileRows, (unit, 0)), first
 
 
-def consume_unit(ring: OperandRing, k_steps, s: MoeSchedule, TileRows, m, wg, work) -> None:
+def consume_unit(ring: OperandRing, k_steps, s: MoeSchedule, TileRows, m, wg, work,
+                 real=None) -> None:
     """A consumer warpgroup's share of a prefill unit on m-tile m, every grouped GEMM (bf16
     and fp8): work() (its wgmma, promotion and epilogue), or with MoeSchedule.skip_pad_halves,
     where its rows of the m-tile are all padding (`routed_rows`), the ring protocol only: each
     of the unit's k_steps stages waited for and released, since the stage's empty barrier
     counts a release from every consumer warpgroup (the producer refills it when all have
     arrived). Nothing is computed or stored for those rows; the epilogue's staging is each
-    warpgroup's own (Staging.slot), so no other warpgroup waits on this one's stores."""
-    if not s.skip_pad_halves:
+    warpgroup's own (Staging.slot), so no other warpgroup waits on this one's stores.
+    `real` (the fp8 GEMM's pair_multicast): > 0 when m-tile m exists (the tiles routing
+    counted minus m), else the m-tile is the missing second of an odd count's last pair and
+    is skipped the same way."""
+    if not s.skip_pad_halves and real is None:
         work()
         return
-    routed, first = routed_rows(TileRows, s, m, wg)
+    if s.skip_pad_halves:
+        routed, first = routed_rows(TileRows, s, m, wg)
+        spare = routed - first
+        if real is not None:   # (routed - first <= bm: the minimum is it for a real m-tile)
+            spare = ag.minimum(spare, real * s.bm)
+    else:
+        spare = real
     # one difference, compared twice: the verifier's step count sees the two guards as
     # complements (a term and its negation), so this warpgroup consumes k_steps either way
-    spare = routed - first
     with ag.when(spare > 0):
         work()
     with ag.when(spare <= 0):   # all padding: release the unit's stages unread

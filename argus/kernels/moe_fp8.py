@@ -46,7 +46,8 @@ from argus.kernels.moe import (MoeSchedule, _store_gated_staged, _tag_layout, _w
                                check_tile_rows, consume_unit, produce_units, silu_mul,
                                store_unit)
 from argus.kernels.moe_routing import tag_positions
-from argus.kernels.warp_specialized import OperandRing, Staging, Unit, store_tile_staged
+from argus.kernels.warp_specialized import (OperandRing, Staging, Unit, load_tile,
+                                            store_tile_staged)
 
 GROUP = 128          # columns per scale (one 128-deep K block of the block-scaled GEMM)
 E4M3_MAX = 448.0     # the largest finite e4m3 magnitude
@@ -222,6 +223,21 @@ class MoeFp8Schedule(MoeSchedule):
     # the e4m3 tile is stored from registers whatever `epilogue` says (the TMA-store staging
     # is stmatrix / store_shared, 16-bit tiles only). Out of repr when False
     quantize_out: bool = field(default=False, repr=False)
+    # same-expert pair multicast (smem_scales only; DeepGEMM's idea, its m-grouped contiguous
+    # scheduler's per-block `is_tma_multicast_valid`: multicast decided at run time): the grid
+    # runs in 2-CTA clusters along M, a unit is the pair of consecutive m-tiles (2j, 2j + 1) at
+    # one n-tile, and the layout keeps 128-row padding (pad = bm, not the static cluster_m=2's
+    # 2 bm), so the pair may straddle two experts and the last pair of an odd m-tile count has
+    # one real m-tile. Per unit, when both m-tiles are real and have one expert, each CTA loads
+    # half of every B box and multicasts it to both (the weights read once for the pair, in
+    # lockstep); otherwise each CTA loads its own expert's whole B tile. Both branches deliver
+    # the same bytes to each CTA's full barrier (lowering and the verifier's tma.tx-bytes check
+    # the two complementary guards), and the empty-barrier protocol is cluster-wide either way.
+    # The CTA of a missing second m-tile runs the ring protocol without wgmma or stores.
+    # TileExpert (and TileRows) need a row past the layout's largest m-tile count (the pair's
+    # second m-tile is read before it is known to be real): argus.ops.moe allocates it.
+    # Out of repr when False
+    pair_multicast: bool = field(default=False, repr=False)
 
     @property
     def piece(self) -> int:
@@ -256,6 +272,15 @@ class MoeFp8Schedule(MoeSchedule):
             problems.append("smem_scales reads a stage's scales in the serial promotion's "
                             "step (early release or n_split=2): none of overlap, "
                             "late_release, and no clusters (cluster_m=cluster_n=1)")
+        if self.pair_multicast and (not self.smem_scales or self.cluster_m != 1
+                                    or self.cluster_n != 1 or (self.bn // 4) % 8
+                                    or self.num_sms < 2):
+            problems.append(f"pair_multicast pairs two m-tiles in a 2-CTA cluster of its own "
+                            f"(pad stays bm) with the block scales through shared memory: it "
+                            f"needs smem_scales=True, cluster_m=cluster_n=1, bn a multiple of "
+                            f"32 (half of each B box a CTA) and num_sms >= 2 (got smem_scales="
+                            f"{self.smem_scales}, cluster_m={self.cluster_m}, cluster_n="
+                            f"{self.cluster_n}, bn={self.bn})")
         if self.quantize_out and (self.n_split != 2 or self.bn != 256):
             problems.append(f"quantize_out quantizes the gate-up's unit tile as one 1x128 "
                             f"scale group: it needs n_split=2 and bn=256 (128 columns of h a "
@@ -562,19 +587,42 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
         K = A.shape[1]
         width = s.bn // 2 if gated else s.bn
         n_tiles = ag.cdiv(C.shape[1], width)
-        most = ag.cdiv(A.shape[0], s.pad) * n_tiles
-        programs = ag.minimum(most, s.num_sms)
-        (pid,) = ag.grid(programs)
+        pair = s.pair_multicast
+        cs = 2 if pair else 1
+        # units: m-tiles, or pairs of them (pair_multicast), times n-tiles
+        most = ag.cdiv(ag.cdiv(A.shape[0], s.pad), cs) * n_tiles
+        programs = ag.minimum(most, s.num_sms // cs)
+        (pid,) = ag.grid(programs * cs, cluster=cs)
+        rank = ag.cluster_rank() if pair else 0
+        first = pid // cs if pair else pid
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
         # the scale stages after the ring; the gate-up's tile takes its two planes' scales
         scales = SharedBlockScales.alloc(s, ScaleA, ScaleW, planes=2 if gated else None)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
         staging = _staging(s, rows, width, gated, quantize)
-        m_units = ag.load_scalar(Tiles, (0, 0))
+        m_tiles = ag.load_scalar(Tiles, (0, 0))
+        m_units = ag.cdiv(m_tiles, 2) if pair else m_tiles
 
         def units():
-            return _walk(pid, programs, m_units, n_tiles, s.group_m, TileExpert, True)
+            """(this CTA's m-tile, n-tile, its expert, the pair's share flag or None)."""
+            if not pair:
+                for m, n, e in _walk(pid, programs, m_units, n_tiles, s.group_m, TileExpert,
+                                     True):
+                    yield m, n, e, None
+                return
+            for mu, n, _ in _walk(first, programs, m_units, n_tiles, s.group_m, TileExpert,
+                                  False):
+                m = mu * 2 + rank
+                yield m, n, ag.load_scalar(TileExpert, (m, 0)), mu
+
+        def share(mu):
+            """> 0 exactly when the pair's second m-tile is real and both m-tiles have one
+            expert (then the pair multicasts the B tile), <= 0 otherwise: the same value in
+            both CTAs (no rank in it), compared twice as complements (one guard each way)."""
+            e0 = ag.load_scalar(TileExpert, (mu * 2, 0))
+            e1 = ag.load_scalar(TileExpert, (mu * 2 + 1, 0))
+            return ag.minimum(m_tiles - mu * 2 - 1, 1 - ag.maximum(e0 - e1, e1 - e0))
 
         def load_scales(stage, m, n, expert, k):
             # the boxes start at the 16-byte aligned block 4j of k = 4j + i (`read` takes
@@ -590,10 +638,14 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
                             (expert, n * s.bn // SCALE_BLOCK, kq),
                             box=(1, scales.planes, SCALE_BOX))
 
-        produce_units(ring, units(), A, W, s, k_steps, gated, 0, extra=load_scales)
+        if pair:
+            _produce_pairs(ring, units(), share, A, W, s, k_steps, gated, rank, load_scales)
+        else:
+            produce_units(ring, ((m, n, e) for m, n, e, _ in units()), A, W, s, k_steps,
+                          gated, 0, extra=load_scales)
 
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
-            for m, n, expert in units():
+            for m, n, expert, _ in units():
                 def work(m=m, n=n):
                     row0 = m * s.bm + wg * rows
                     # the gate-up's columns [0, bn/2) take the gate plane's scale, the rest
@@ -605,11 +657,46 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
                     _epilogue(C, ScaleC, quantize, k_major, s, m, n, row0, wg, acc, staging,
                               gated)
 
-                consume_unit(ring, k_steps, s, TileRows, m, wg, work)
+                # a pair's missing second m-tile (odd count): the ring protocol only
+                consume_unit(ring, k_steps, s, TileRows, m, wg, work,
+                             real=m_tiles - m if pair else None)
 
     name = "moe_fp8_gate_up_smem" if gated else "moe_fp8_down_smem"
     return _variant(moe_fp8_grouped_gemm_smem, name, annotations, quantize, k_major,
                     FP8_PREFILL_SPLIT_SMEM, tile_rows)
+
+
+def _produce_pairs(ring: OperandRing, units, share, A, W, s: MoeFp8Schedule, k_steps,
+                   gated: bool, rank, load_scales) -> None:
+    """The producer of MoeFp8Schedule.pair_multicast: per unit (this CTA's m-tile of the
+    pair, n-tile, its expert, the pair index) and K step, its own A rows, then the B tile:
+    when share(pair) > 0 (both m-tiles real, one expert) half of every B box by each CTA,
+    multicast to both (moe.produce_units' cluster_m=2 loads), else its own expert's whole B
+    tile; then its own scales. Each CTA's full barrier gets the same bytes either way."""
+    width = s.bn // 2 if gated else s.bn
+
+    def b_tile(stage, expert, n, k0, cast: int) -> None:
+        if gated:   # gate rows, then the matching up rows, in one B tile
+            load_tile(ring.b[stage], 0, W, (expert, 0), n, width, k0, s.bk, rank=rank,
+                      share=cast)
+            load_tile(ring.b[stage], width, W, (expert, 1), n, width, k0, s.bk, rank=rank,
+                      share=cast)
+        else:
+            load_tile(ring.b[stage], 0, W, (expert,), n, s.bn, k0, s.bk, rank=rank,
+                      share=cast)
+
+    with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+        for m, n, expert, mu in units:
+            shared = share(mu)
+            for k in ag.range(k_steps):
+                with ring.pipe.produce() as stage:
+                    k0 = k * s.bk
+                    load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk)
+                    with ag.when(shared > 0):      # the pair reads the weights once
+                        b_tile(stage, expert, n, k0, 2)
+                    with ag.when(shared <= 0):     # experts differ, or no second m-tile
+                        b_tile(stage, expert, n, k0, 1)
+                    load_scales(stage, m, n, expert, k)
 
 
 def _staging(s: MoeFp8Schedule, rows: int, width: int, gated: bool, quantize: bool):

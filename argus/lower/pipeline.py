@@ -26,6 +26,7 @@ import dataclasses
 from argus.errors import CompileError
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
+from argus.ir.guarded_tma import definitions, step_bytes
 from argus.lower.sync import smem_roots
 
 STAGE_EXPR = "n % S"
@@ -40,6 +41,7 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
     multicast_pipes = {op.pipe.id for op in kernel.walk() if isinstance(op, O.Produce)
                        and any(isinstance(t, O.TmaLoad) and t.multicast for t in op.body.walk())}
     pipes = {op.result.id: op for op in kernel.walk() if isinstance(op, O.PipelineCreate)}
+    defs = definitions(kernel)
     root = smem_roots(kernel)
     generic = {root.get(op.dst.id, op.dst.id) for op in kernel.walk() if isinstance(op, O.StMatrix)}
 
@@ -81,17 +83,19 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
         if isinstance(op, O.PipelineCreate):
             updates["peers"] = cluster_size if op.result.id in multicast_pipes else 1
         if isinstance(op, O.Produce):
-            guarded = [t for ctl in op.body.walk() if isinstance(ctl, (O.If, O.For))
-                       for t in ctl.body.walk() if isinstance(t, O.TmaLoad)]
-            if guarded:
+            # copies under guards: only complementary pairs delivering the same bytes
+            # (argus/ir/guarded_tma.py; MoeFp8Schedule.pair_multicast)
+            tx, problem = step_bytes(op.body, defs, cluster_size)
+            if problem:
+                where = next((t.loc for ctl in op.body.walk() if isinstance(ctl, (O.If, O.For))
+                              for t in ctl.body.walk() if isinstance(t, O.TmaLoad)), op.loc)
                 raise CompileError("a TMA copy under ag.when or ag.range inside a produce "
                                    "step: the bytes the full barrier expects must be known "
-                                   "when the step is armed", guarded[0].loc,
+                                   f"when the step is armed ({problem})", where,
                                    fix="issue every copy of a step unconditionally (out-of-"
-                                       "bounds boxes are zero-filled and still counted)")
-            # a multicast box arrives once from every CTA of the cluster (symmetric code)
-            tx = sum(inner.bytes * (cluster_size if inner.multicast else 1)
-                     for inner in op.body.walk() if isinstance(inner, O.TmaLoad))
+                                       "bounds boxes are zero-filled and still counted), or "
+                                       "under two complementary guards (x > c, x <= c) whose "
+                                       "copies deliver the same bytes")
             if tx == 0:
                 raise CompileError("a produce step issues no TMA load: its full barrier would "
                                    "never complete", op.loc)

@@ -498,17 +498,21 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
     bf = dict(dtype=torch.bfloat16, device=device)
     # padding rows are never written: NaN in the interpreter, so a test sees any that leaks
     fill = torch.full if interpret else (lambda shape, _v, **kw: torch.empty(shape, **kw))
+    # a row past the layout's m-tiles: MoeFp8Schedule.pair_multicast reads the second m-tile
+    # of an odd count's last pair (never used) before it knows it is not real
+    mt = M // pad + (1 if any(getattr(t, "pair_multicast", False)
+                              for t in (layer.schedule, layer.down)) else 0)
     ws = dict(counts=torch.empty(C, E, **i32), chunk_base=torch.empty(C, E, **i32),
               step_base=torch.empty(C, steps, E, **i32),
               expert_start=torch.empty(1, E, **i32), totals=torch.empty(1, E, **i32),
-              tile_expert=torch.empty(M // pad, 1, **i32), tiles=torch.empty(1, 1, **i32),
+              tile_expert=torch.empty(mt, 1, **i32), tiles=torch.empty(1, 1, **i32),
               pos=torch.empty(layer.entries, 1, **i32),
               # the router's result (ids flat: one entry per (token, slot))
               ids=torch.empty(layer.entries, **i32),
               weights=torch.empty(layer.tokens, layer.top_k, dtype=torch.float32, device=device),
               h=torch.empty(M, layer.inter, **bf), y=torch.empty(M, layer.hidden, **bf))
     if layer.tile_rows:   # the routed rows of each m-tile (skip_pad_halves)
-        ws["tile_rows"] = torch.empty(M // pad, 1, **i32)
+        ws["tile_rows"] = torch.empty(mt, 1, **i32)
     nbytes = M * (2 * layer.hidden + layer.inter) * 2
     f32 = dict(dtype=torch.float32, device=device)
     if layer.fp8:
