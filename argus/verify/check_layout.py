@@ -29,6 +29,7 @@ import numpy as np
 import z3
 
 from argus.ir import ops as O
+from argus.ir.guarded_tma import box_bytes, definitions, guarded_pairs, rank_free
 from argus.layout.f2 import F2Layout
 from argus.target import sm90
 from argus.verify import solver
@@ -144,6 +145,7 @@ def _tma_fields(model: Model) -> list[Finding]:
 
 def _tx_bytes(model: Model) -> list[Finding]:
     out = []
+    defs = definitions(model.kernel)
     for pipe in model.pipes.values():
         for step in pipe.steps:
             if step.kind != "produce" or not step.op.tx_bytes:
@@ -152,18 +154,32 @@ def _tx_bytes(model: Model) -> list[Finding]:
             loads = [x for x in op.body.walk() if isinstance(x, O.TmaLoad)]
             guarded = [x for x in op.body.walk() if isinstance(x, O.If)
                        and any(isinstance(y, O.TmaLoad) for y in x.body.walk())]
-            if guarded:
+            cs = model.cluster_size
+            pairs, problem = guarded_pairs(op.body, defs, cs, size=box_bytes) if guarded \
+                else ([], None)
+            uneven = [g for g, h, _ in pairs for x in (g, h)
+                      if cs > 1 and not rank_free(model.kernel, x.cond, cs)]
+            if problem or uneven:
                 # how many boxes arrive depends on the condition (and, for a multicast copy,
-                # on which CTAs of the cluster take it): not a sum of static box sizes
+                # on which CTAs of the cluster take it): not a sum of static box sizes, unless
+                # two complementary guards deliver the same bytes and every CTA of the
+                # cluster takes the same one (argus/ir/guarded_tma.py)
+                why = problem or ("its condition may differ between the CTAs of the "
+                                  "cluster (it reads the cluster rank or the grid id)")
                 out.append(Finding("tma.tx-bytes", op.loc, f"produce step at {op.loc}",
                                    "unknown", f"a TMA copy of this step is under the condition "
                                               f"at {guarded[0].loc}: the bytes that arrive per "
-                                              f"phase are not modelled"))
+                                              f"phase are not modelled ({why})"))
                 continue
+            inside = {id(y) for g, h, _ in pairs for x in (g, h) for y in x.body.walk()}
+            loads = [x for x in loads if id(x) not in inside]
             delivered = 0
             parts = []
             own = multicast = 0
-            cs = model.cluster_size
+            for g, h, nbytes in pairs:
+                delivered += nbytes
+                parts.append(f"{nbytes} B under either of the complementary guards at "
+                             f"{g.loc} and {h.loc}")
             for ld in loads:
                 t = ld.dst.type
                 n = int(np.prod(ld.box)) if ld.box else t.shape[0] * t.shape[1]
