@@ -29,7 +29,12 @@ only read:
     releases the unit's stages removed, so the empty barriers miss its arrivals and its step
     counter falls behind the producer's (pipe.totals: the producer waits forever). A skip of
     rows that are not all padding is the interpreter's to see (the verifier knows no TileRows
-    semantics): tests/moe/test_moe_skip_pad_halves.py.
+    semantics): tests/moe/test_moe_skip_pad_halves.py;
+  * same-expert pair multicast (MoeFp8Schedule.pair_multicast: the B tile multicast by a
+    2-CTA pair only when its two m-tiles have one expert, 128-row padding kept): the share
+    test ignoring the experts (a pair straddling two experts multicasts one expert's halves),
+    and the multicast half's expert coordinate from its row offset (wgmma.agree, under the
+    path condition of the guard that chose multicast).
 """
 
 import argus as ag
@@ -211,6 +216,41 @@ def skip_pad_half_keeps_its_stages():
     return rewrite(kernel, O.If, lambda op: None if op.cond.id == cond else op)
 
 
+def _pair_multicast(gated: bool = True):
+    """The fp8 smem-scale GEMM with same-expert pair multicast (MoeFp8Schedule.pair_multicast
+    on FP8_PREFILL_SPLIT_SMEM_TMA) lowered."""
+    from dataclasses import replace
+
+    from argus.compiler import lower_only
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA, grouped_gemm_fp8_smem_kernel
+
+    return lower_only(grouped_gemm_fp8_smem_kernel(gated),
+                      s=replace(FP8_PREFILL_SPLIT_SMEM_TMA, pair_multicast=True))
+
+
+def pair_multicast_experts_ignored():
+    """The pair-multicast gate-up lowered, its share test min(m_tiles - 2j - 1, 1 - |e0 - e1|)
+    made min(m_tiles - 2j - 1, m_tiles - 2j - 1): the pair multicasts whenever its second
+    m-tile exists, so where the two m-tiles belong to different experts each CTA multiplies
+    its rows with half a tile of the other expert's weights (the peer's multicast half)."""
+    kernel = _pair_multicast()
+    defs = {r.id: op for op in kernel.walk() for r in op.results()}
+    guards = [op for op in kernel.walk() if isinstance(op, O.If)
+              and any(isinstance(x, O.TmaLoad) and x.multicast for x in op.body.walk())]
+    assert len(guards) == 1, guards
+    test = defs[defs[guards[0].cond.id].lhs.id]          # shared > 0: shared = min(...)
+    assert isinstance(test, O.Arith) and test.fn == "min", test
+    return rewrite(kernel, O.Arith, lambda op: op.replace(rhs=op.lhs)
+                   if op.result.id == test.result.id else op)
+
+
+def pair_multicast_half_from_row():
+    """The pair-multicast down GEMM lowered, its multicast half's expert coordinate (TMA loads
+    in program order: 0 A, 1 the multicast half of W, 2 the own whole W tile, then the
+    scales) replaced by the box's row offset: another expert's weights multicast to both."""
+    return rewrite(_pair_multicast(False), O.TmaLoad, lambda op: _with_coord(op, 0, 1), nth=1)
+
+
 def _traced(factory, bug):
     return lambda: factory(bug).trace()
 
@@ -262,6 +302,16 @@ MOE_CORPUS: list[Mutation] = [
              ("pipe.totals",), ("shapes",), ("waits forever",), None,
              "skip_pad_halves: the all-padding warpgroup skips its stage releases too (the "
              "producer hangs on the empty barrier)"),
+    Mutation("moe/fp8_pair_multicast_experts_ignored", "moe", 21,
+             pair_multicast_experts_ignored, ("wgmma.agree",), ACC + ("a_element", "b_element"),
+             ("A.expert == B.expert",), None,
+             "fp8 pair_multicast: the pair multicasts its B tile whatever its two m-tiles' "
+             "experts (a pair straddling two experts shares one expert's weights)"),
+    Mutation("moe/fp8_pair_multicast_half_from_row", "moe", 21,
+             pair_multicast_half_from_row, ("wgmma.agree",), ACC + ("a_element", "b_element"),
+             ("A.expert == B.expert",), None,
+             "fp8 pair_multicast down: the multicast half's expert coordinate is its row "
+             "offset: another expert's weights in both CTAs"),
 ]
 
 MOE_CLEAN = [
