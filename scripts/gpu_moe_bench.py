@@ -1052,7 +1052,16 @@ def fp8_variants() -> dict:
             # GPU yet (docs/perf/moe.md: the estimate)
             "split_smem_tma_skip": replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True),
             "split_smem_tma_rsqrt_skip": replace(FP8_PREFILL_SPLIT_SMEM_TMA, rsqrt_silu=True,
-                                                 skip_pad_halves=True)}
+                                                 skip_pad_halves=True),
+            # same-expert pair multicast (MoeFp8Schedule.pair_multicast): 2-CTA clusters
+            # along M whose two m-tiles share the weight tile by TMA multicast when they have
+            # one expert, 128-row padding kept (the gate-up's weights were read ~3x from DRAM
+            # at DeepSeek-V3 T = 16384, docs/perf/moe.md); both GEMMs, and the gate-up only.
+            # Bit-identical routed rows in the interpreter; not measured on a GPU yet
+            "split_smem_tma_pair": replace(FP8_PREFILL_SPLIT_SMEM_TMA, pair_multicast=True),
+            "split_smem_tma_pair_gateup": (replace(FP8_PREFILL_SPLIT_SMEM_TMA,
+                                                   pair_multicast=True),
+                                           FP8_PREFILL_SPLIT_SMEM_TMA)}
 
 
 # --fp8-only: the fp8 variants timed (all of fp8_variants() when empty); each of them also gets

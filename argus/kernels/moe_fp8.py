@@ -601,6 +601,9 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
         staging = _staging(s, rows, width, gated, quantize)
+        if pair:   # the pair's second m-tile is read before it is known to be real
+            ag.require(ag.sym(TileExpert.shape[0]) * s.bm > ag.sym(A.shape[0]),
+                       "TileExpert (and TileRows) with a row past the layout's m-tiles")
         m_tiles = ag.load_scalar(Tiles, (0, 0))
         m_units = ag.cdiv(m_tiles, 2) if pair else m_tiles
 

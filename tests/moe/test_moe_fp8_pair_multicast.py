@@ -145,3 +145,24 @@ def test_pair_multicast_builds_without_spills(gated):
     assert "multicast::cluster" in binary.ptx
     res = binary.resource(source.name)
     assert not res.spills, res.summary()
+
+
+def test_pair_multicast_needs_a_row_past_the_m_tiles():
+    """TileExpert with exactly M / bm rows is refused at launch: the last pair of an odd
+    count reads its missing second m-tile's row (argus.ops.moe allocates one more)."""
+    import numpy as np
+
+    from argus.kernels.moe_fp8 import GROUP
+    M_rows, K, N = 256, 256, 256
+    kernel = grouped_gemm_fp8_smem_kernel(False)
+    args = dict(A=torch.zeros(M_rows, K, dtype=torch.float8_e4m3fn),
+                W=torch.zeros(1, N, K, dtype=torch.float8_e4m3fn),
+                ScaleA=torch.ones(M_rows, 4), ScaleW=torch.ones(1, N // GROUP, 4),
+                TileExpert=torch.zeros(M_rows // 128, 1, dtype=torch.int32),
+                Tiles=torch.tensor([[1]], dtype=torch.int32),
+                C=torch.zeros(M_rows, N, dtype=torch.bfloat16))
+    with pytest.raises(Exception, match="row past"):
+        kernel.interpret(*args.values(), s=PAIR)
+    args["TileExpert"] = torch.zeros(M_rows // 128 + 1, 1, dtype=torch.int32)
+    kernel.interpret(*args.values(), s=PAIR)
+    assert np.isfinite(args["C"][:128].float().numpy()).all()
