@@ -7,7 +7,6 @@ both GEMMs, with quantize_out and skip_pad_halves; lowering's byte count of the 
 forms; the schedule's checks; the verifier with zero findings; NVRTC sm_90a without spills."""
 
 import importlib
-import re
 from dataclasses import replace
 
 import pytest
@@ -124,9 +123,17 @@ def test_pair_multicast_expects_the_same_bytes_either_way(gated):
     assert b + a < produce[0].tx_bytes <= b + a + 4096   # plus the scale boxes
 
 
-@pytest.mark.parametrize("gated", [True, False], ids=["gate_up", "down"])
-def test_pair_multicast_verifies_clean(gated):
-    report = verify.run(lower_only(grouped_gemm_fp8_smem_kernel(gated), s=PAIR))
+# (kernel factory arguments, schedule): both GEMMs, the quantizing gate-up, skip_pad_halves
+KERNELS = [((True,), PAIR), ((False,), PAIR),
+           ((True, True, True), replace(QUANT, pair_multicast=True)),
+           ((True, False, True, True), replace(SKIP, pair_multicast=True)),
+           ((False, False, True, True), replace(SKIP, pair_multicast=True))]
+KERNEL_IDS = ["gate_up", "down", "gate_up_quantize_out", "gate_up_skip", "down_skip"]
+
+
+@pytest.mark.parametrize("args,schedule", KERNELS, ids=KERNEL_IDS)
+def test_pair_multicast_verifies_clean(args, schedule):
+    report = verify.run(lower_only(grouped_gemm_fp8_smem_kernel(*args), s=schedule))
     findings = [d for d in report.diagnostics if d.severity in ("error", "warning")]
     assert not findings, "\n".join(str(d) for d in findings)
     assert {"wgmma.agree", "wgmma.k-once", "tma.inner-align", "tma.tx-bytes"} <= \
@@ -134,11 +141,11 @@ def test_pair_multicast_verifies_clean(gated):
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
-@pytest.mark.parametrize("gated", [True, False], ids=["gate_up", "down"])
-def test_pair_multicast_builds_without_spills(gated):
+@pytest.mark.parametrize("args,schedule", KERNELS, ids=KERNEL_IDS)
+def test_pair_multicast_builds_without_spills(args, schedule):
     from argus.runtime.compile import compile_cuda
 
-    source = codegen.render(lower_only(grouped_gemm_fp8_smem_kernel(gated), s=PAIR))
+    source = codegen.render(lower_only(grouped_gemm_fp8_smem_kernel(*args), s=schedule))
     assert source.dynamic_smem <= 227 * 1024, source.dynamic_smem
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     assert "C7514" not in binary.log and "C7517" not in binary.log, binary.log
