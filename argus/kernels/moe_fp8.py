@@ -590,9 +590,10 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
         pair = s.pair_multicast
         cs = 2 if pair else 1
         # units: m-tiles, or pairs of them (pair_multicast), times n-tiles
-        most = ag.cdiv(ag.cdiv(A.shape[0], s.pad), cs) * n_tiles
+        m_most = ag.cdiv(A.shape[0], s.pad)
+        most = (ag.cdiv(m_most, cs) if pair else m_most) * n_tiles
         programs = ag.minimum(most, s.num_sms // cs)
-        (pid,) = ag.grid(programs * cs, cluster=cs)
+        (pid,) = ag.grid(programs * cs, cluster=cs) if pair else ag.grid(programs)
         rank = ag.cluster_rank() if pair else 0
         first = pid // cs if pair else pid
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
