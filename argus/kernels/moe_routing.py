@@ -259,15 +259,16 @@ def _one_hot(ids, be: int):
     return ids[:, None] == ag.arange(be)[None, :]
 
 
-def _store_tile_block(TileExpert, m0, start, tiles, num_experts, rows=None) -> None:
-    """TileExpert[m] for the EB m-tiles from m0: the expert of m-tile m, -1 past the last: how
+def _store_tile_block(TileExpert, m0, start, tiles, num_experts, rows=None,
+                      eb: int = EB) -> None:
+    """TileExpert[m] for the eb m-tiles from m0: the expert of m-tile m, -1 past the last: how
     many segments (of experts < E, segment e = tiles [start[e], start[e] + tiles[e])) end at
     or before m. rows = (TileRows, counts, bm): TileRows[m] = the routed (non-padding) rows of
     m-tile m as well, 1..bm inside a segment (its last m-tile: count - (tiles - 1) bm; the
     others bm), 0 past the last (`tile_rows`: what lets the grouped GEMMs skip a warpgroup's
     all-padding rows, MoeSchedule.skip_pad_halves)."""
     cols = ag.arange(start.shape[1])[None, :]
-    m = ag.arange(EB)[:, None] + m0                                    # [EB, 1]
+    m = ag.arange(eb)[:, None] + m0                                    # [eb, 1]
     end = start + tiles
     expert = _indicator((end <= m) & (cols < num_experts)).sum(axis=1)
     ag.store(TileExpert, (m0, 0), ag.where(expert < num_experts, expert, -1))
@@ -362,6 +363,13 @@ def scan_kernel(be: int) -> ag.KernelFunction:
     return ag.kernel(moe_scan, threads=ebs, name=f"moe_scan_{be}")
 
 
+def layout_tiles(be: int, tile_rows: bool) -> int:
+    """M-tiles per CTA (a warp) of `layout`: EB, and with tile_rows past 256 experts fewer,
+    so that its [eb, BE] step stays at 256 values a thread (the rows variant holds more of
+    them live: at [32, 512] it spilled 32 B, at [32, 1024] 176 B in NVRTC)."""
+    return EB if not tile_rows or be <= 256 else max(1, EB * 256 // be)
+
+
 @functools.lru_cache(maxsize=None)
 def layout_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunction:
     """From the per-expert totals: the padded segments expert_start[0, e] (rows, multiples of
@@ -374,11 +382,14 @@ def layout_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunctio
     the end but for CTA 0's, so the verifier sees one writer an element without a branch).
     tile_rows: one more output after tiles, TileRows [MT, 1], the routed rows of each m-tile
     (_store_tile_block, in the same [EB, BE] step as the labels: each CTA its own EB m-tiles;
-    0 past the last), for the grouped GEMMs' MoeSchedule.skip_pad_halves."""
+    0 past the last), for the grouped GEMMs' MoeSchedule.skip_pad_halves; past 256 experts
+    a CTA then takes fewer m-tiles (layout_tiles: no spills up to 1024 experts)."""
+
+    eb = layout_tiles(be, tile_rows)
 
     # ExpertStart names its dim apart ("ES"): its value at e sums other experts' tiles.
     def layout(Totals, ExpertStart, TileExpert, Tiles, TileRows):
-        (block,) = ag.grid(ag.cdiv(TileExpert.shape[0], EB))
+        (block,) = ag.grid(ag.cdiv(TileExpert.shape[0], eb))
         E = Totals.shape[1]
         ag.tag_assume(lambda: ag.sym(ExpertStart.shape[1]) == ag.sym(E))
         cols = ag.arange(be)[None, :]
@@ -391,7 +402,7 @@ def layout_kernel(be: int, bm: int, tile_rows: bool = False) -> ag.KernelFunctio
         ag.store(Tiles, (block, 0), total)
         rows = None if TileRows is None else \
             (TileRows, ag.where(cols < E, ag.load(Totals, (0, 0), (1, be)), 0), bm)
-        _store_tile_block(TileExpert, block * EB, start, tiles, E, rows)
+        _store_tile_block(TileExpert, block * eb, start, tiles, E, rows, eb)
 
     if tile_rows:
         def moe_layout_rows(Totals: ag.Tensor[1, "E", ag.i32],

@@ -224,12 +224,14 @@ def test_small_layout_tile_rows_equal_the_old_kernels(T, E, k, bm, unused):
     lambda: R.scan_kernel(256), lambda: R.scan_kernel(128), lambda: R.scan_kernel(32),
     lambda: R.layout_kernel(256, 128), lambda: R.layout_kernel(32, 64),
     lambda: R.layout_kernel(256, 128, True), lambda: R.layout_kernel(32, 64, True),
+    lambda: R.layout_kernel(512, 128, True), lambda: R.layout_kernel(1024, 128, True),
+    lambda: R.layout_kernel(1024, 128),
     lambda: R.layout_small_kernel(128, 8, True), lambda: R.layout_small_kernel(32, 16, True),
     lambda: R.count_kernel(256), lambda: R.positions_kernel(256),
     lambda: R.topk_sigmoid_grouped_kernel(ag.bf16, 8, True, 256, 8, 4, 2.5),
     lambda: R.topk_softmax_kernel(ag.bf16, 8, True, 128),
 ], ids=["scan256", "scan128", "scan32", "layout256", "layout32", "layout_rows256",
-        "layout_rows32", "layout_small_rows128", "layout_small_rows32", "count256",
+        "layout_rows32", "layout_rows512", "layout_rows1024", "layout1024", "layout_small_rows128", "layout_small_rows32", "count256",
         "positions256", "sigmoid_bf16", "softmax_bf16_E128"])
 def test_reworked_routing_builds_for_sm90a_without_spills(build):
     """NVRTC to sm_90a: the scan's [64, 128] register tile (a column a thread) and the rest
@@ -244,3 +246,31 @@ def test_reworked_routing_builds_for_sm90a_without_spills(build):
     assert binary.arch == "sm_90a" and not res.spills, res.summary()
     if "topk" in source.name or "scan" in source.name:
         assert res.barriers == 0, res.summary()
+
+
+@pytest.mark.parametrize("E,bm", [(600, 16), (1024, 64), (300, 8)])
+def test_layout_tile_rows_past_256_experts(E, bm):
+    """Past 256 experts the tile_rows layout takes fewer m-tiles a CTA (layout_tiles: 8 at
+    1024, 16 at 512, so the rows variant builds without spills); its outputs stay those the
+    counts imply, over many CTAs."""
+    T, k = 300, 8
+    g = torch.Generator().manual_seed(E)
+    scores = torch.rand(T, E, generator=g)
+    scores[:, :E // 3] = -1.0                 # a third of the experts never chosen
+    flat = scores.topk(k, dim=1).indices.int().view(-1)
+    n = torch.bincount(flat.long(), minlength=E)
+    N, be, i32 = flat.numel(), R.block_experts(E), dict(dtype=torch.int32)
+    eb = R.layout_tiles(be, True)
+    assert eb == R.EB * 256 // be and R.layout_tiles(be, False) == R.EB
+    MT = R.max_padded_rows(N, E, bm) // bm
+    start, tiles = torch.full((1, E), -7, **i32), torch.full((1, 1), -7, **i32)
+    te, rows = torch.full((MT, 1), -7, **i32), torch.full((MT, 1), -7, **i32)
+    R.layout_kernel(be, bm, True).interpret(n.int().view(1, E), start, te, tiles, rows)
+    assert -(-MT // eb) > 1
+    padded = (n + bm - 1) // bm * bm
+    assert start.view(-1).tolist() == (torch.cumsum(padded, 0) - padded).tolist()
+    assert tiles.item() == padded.sum().item() // bm
+    owner = [e for e in range(E) for _ in range(padded[e].item() // bm)]
+    assert te.view(-1).tolist() == owner + [-1] * (MT - len(owner))
+    expect = _routed_rows(n.tolist(), bm)
+    assert rows.view(-1).tolist() == expect + [0] * (MT - len(expect))
