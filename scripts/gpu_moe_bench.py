@@ -42,7 +42,8 @@ output is checked against a float64 reference on the same routing (relative Frob
         --trials 10 --prefill-variants      # issue 16's prefill bar: the rule's schedules and
                                             # prefill_variants(), each by kernel, and dense
                                             # references of the same FLOPs (~2 min)
-    python scripts/gpu_moe_bench.py --routing       # the routing kernels alone, old vs new
+    python scripts/gpu_moe_bench.py --routing       # the routing alone (route + layout);
+                                                    # the old chain's: docs/perf/moe.md
     ARGUS_VERIFY=0 python scripts/gpu_moe_bench.py --fp8 # DeepSeek-V3 fp8 (block scales),
                                                     # T = 4096 and 16384, ~1 min
 
@@ -1242,51 +1243,27 @@ def table(rows) -> str:
 ROUTING_TOKENS = [1, 16, 64, 4096, 16384]
 
 
-def routing_launches(mod, run, logits, bias, layer, routing, bufs):
-    """The routing of argus.ops.moe (top-k, counts, scan, layout, positions) with the kernels
-    of module `mod` (argus.kernels.moe_routing, or moe_routing_old: the kernels before the
-    h263 rework), into `bufs` (its own buffers: the two chunk differently)."""
-    import torch
-
-    import argus as ag
-    from argus.kernels import moe_routing as R
-
-    T, E, k = layer.tokens, layer.experts, layer.top_k
-    be, pad, N = R.block_experts(E), layer.schedule.pad, T * k
-    ids, weights = bufs["ids"].view(T, k), bufs["weights"]
-    dt = ag.bf16 if logits.dtype == torch.bfloat16 else ag.f32
+def routing_launches(run, logits, bias, layer, routing, ws) -> None:
+    """The routing of argus.ops.moe (its route: the top-k router; then its layout: counts,
+    scan, layout and positions, or layout_small) into the call's workspace `ws`."""
+    M = importlib.import_module("argus.ops.moe")
     if routing[0] == "softmax":
-        run(mod.topk_softmax_kernel(dt, k, routing[1], be), logits, ids, weights)
+        M.route(logits, layer, renormalize=routing[1], run=run, ws=ws)
     else:
-        _, G, TG, scale = routing
-        kern = mod.topk_sigmoid_grouped_kernel(dt, k, True, be, G, TG, float(scale))
-        if mod is R:   # the [G, E/G] router
-            run(kern, logits.view(T * G, E // G), logits, bias.view(G, E // G), ids, weights)
-        else:
-            run(kern, logits, bias.view(1, E), ids, weights)
-    flat, pos = bufs["ids"], bufs["pos"]
-    if R.small_layout(N, E):   # the same kernel in both
-        run(R.layout_small_kernel(be, pad), flat, flat, bufs["start"], bufs["te"], bufs["tiles"],
-            pos)
-        return
-    step = (bufs["steps"],) if mod is R else ()   # the new count's per-step bases
-    run(mod.count_kernel(be), flat, bufs["counts"], *step)
-    run(mod.scan_kernel(be), bufs["counts"], bufs["base"], bufs["totals"])
-    column = (bufs["totals"].view(E, 1),) if mod is not R else ()   # the old one's
-    run(mod.layout_kernel(be, pad), bufs["totals"], *column, bufs["start"], bufs["te"],
-        bufs["tiles"])
-    run(mod.positions_kernel(be), flat, flat, bufs["base"], *step, bufs["start"], pos)
+        _, groups, topk_groups, scale = routing
+        M.route(logits, layer, scoring="sigmoid", bias=bias, num_expert_group=groups,
+                topk_group=topk_groups, routed_scaling_factor=scale, run=run, ws=ws)
+    M.layout(ws["ids"], layer, run, ws)
 
 
 def run_routing(models, tokens, trials: int, rows: list) -> None:
-    """--routing: the routing kernels alone (old vs new), CUDA events around `reps` calls back
-    to back (no L2 flush: the logits, 16 MB at DeepSeek-V3's T = 16384, are what a layer's
-    router reads right after the gate GEMM wrote them), alternated old / new `trials` rounds,
-    the least per round; and whether the two give identical ids, weights, layout and pos."""
+    """--routing: the routing alone (routing_launches: argus.ops.moe's route and layout), CUDA
+    events around `reps` calls back to back (no L2 flush: the logits, 16 MB at DeepSeek-V3's
+    T = 16384, are what a layer's router reads right after the gate GEMM wrote them), the
+    least of `trials` rounds. The kernels before the h263 rework (moe_routing_old.py, deleted
+    since) were timed against these on an H100 on 2026-12-06: their numbers live in
+    docs/perf/moe.md."""
     import torch
-
-    from argus.kernels import moe_routing as R
-    from argus.kernels import moe_routing_old as OLD
 
     M = importlib.import_module("argus.ops.moe")
     run = M._launcher(False)
@@ -1298,45 +1275,21 @@ def run_routing(models, tokens, trials: int, rows: list) -> None:
             logits = torch.randn(T, E, device=dev, generator=g)
             bias = torch.randn(E, device=dev, generator=g) * 0.1
             layer = M._layer(T, H, I, E, k, None)
-            N, pad = T * k, layer.schedule.pad
-            MT = R.max_padded_rows(N, E, pad) // pad
-            i32 = dict(dtype=torch.int32, device=dev)
-
-            def bufs(mod):
-                C = -(-N // mod.chunk_entries(N))
-                return dict(ids=torch.empty(N, **i32),
-                            weights=torch.empty(T, k, dtype=torch.float32, device=dev),
-                            counts=torch.empty(C, E, **i32), base=torch.empty(C, E, **i32),
-                            steps=torch.empty(R.step_base_shape(N, E), **i32),
-                            totals=torch.empty(1, E, **i32), start=torch.empty(1, E, **i32),
-                            te=torch.empty(MT, 1, **i32), tiles=torch.empty(1, 1, **i32),
-                            pos=torch.empty(N, 1, **i32))
-
-            sets = {"old": (OLD, bufs(OLD)), "new": (R, bufs(R))}
-            for mod, b in sets.values():   # compile, warm up
-                routing_launches(mod, run, logits, bias, layer, routing, b)
+            ws = M.routing_workspace(layer, dev)
+            routing_launches(run, logits, bias, layer, routing, ws)   # compile, warm up
             torch.cuda.synchronize()
-            o, n = sets["old"][1], sets["new"][1]
-            ntiles = int(n["tiles"].item())
-            same = all(torch.equal(o[key], n[key]) for key in
-                       ("ids", "weights", "start", "tiles", "pos")) and \
-                torch.equal(o["te"][:ntiles], n["te"][:ntiles])
             reps = 20 if T >= 4096 else 200
-            best = {"old": float("inf"), "new": float("inf")}
+            best = float("inf")
             for _ in range(trials):
-                for label, (mod, b) in sets.items():
-                    start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-                    start.record()
-                    for _ in range(reps):
-                        routing_launches(mod, run, logits, bias, layer, routing, b)
-                    end.record()
-                    end.synchronize()
-                    best[label] = min(best[label], start.elapsed_time(end) * 1e3 / reps)
-            row = dict(model=name, T=T, old_us=best["old"], new_us=best["new"], identical=same)
-            rows.append(row)
-            log(f"routing {name:14s} T={T:6d}: old {best['old']:8.1f} us  new "
-                f"{best['new']:8.1f} us  ({best['old'] / best['new']:.2f}x)  "
-                f"identical={same}")
+                start, end = torch.cuda.Event(True), torch.cuda.Event(True)
+                start.record()
+                for _ in range(reps):
+                    routing_launches(run, logits, bias, layer, routing, ws)
+                end.record()
+                end.synchronize()
+                best = min(best, start.elapsed_time(end) * 1e3 / reps)
+            rows.append(dict(model=name, T=T, us=best))
+            log(f"routing {name:14s} T={T:6d}: {best:8.1f} us")
 
 
 def main() -> None:
@@ -1382,8 +1335,9 @@ def main() -> None:
                     help="--fp8: time only these variants beside the default (each with its "
                          "GEMM kernels' device time, as the default)")
     ap.add_argument("--routing", action="store_true",
-                    help="time the routing kernels alone, old (moe_routing_old) vs new, at "
-                         "T = 1, 16, 64, 4096, 16384 (or --tokens) with CUDA events")
+                    help="time the routing alone (argus.ops.moe's route and layout) at "
+                         "T = 1, 16, 64, 4096, 16384 (or --tokens) with CUDA events, least "
+                         "of 5 rounds (or --trials)")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
     global PREFILL_ONLY
@@ -1399,9 +1353,6 @@ def main() -> None:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "moe_routing.json").write_text(json.dumps(rows, indent=1))
-        if not all(r["identical"] for r in rows):
-            log("OLD AND NEW ROUTING DIFFER")
-            sys.exit(1)
         return
     if args.fp8:
         trials = args.trials or 20

@@ -476,6 +476,31 @@ def _launcher(interpret: bool, record: list | None = None):
     return run
 
 
+def routing_workspace(layer: Layer, device) -> dict:
+    """The routing's buffers of one call (route, then layout): the router's ids (flat: one
+    entry per (token, slot)) and weights, the layout's outputs, and the count / scan
+    intermediates."""
+    import torch
+
+    E, pad, M = layer.experts, layer.schedule.pad, layer.padded_rows
+    # count's chunks of entries and their steps: one shape for counts, chunk_base, step_base
+    C, steps, _ = R.step_base_shape(layer.entries, E)
+    i32 = dict(dtype=torch.int32, device=device)
+    # a row past the layout's m-tiles: MoeFp8Schedule.pair_multicast reads the second m-tile
+    # of an odd count's last pair (never used) before it knows it is not real
+    mt = M // pad + (1 if any(getattr(t, "pair_multicast", False)
+                              for t in (layer.schedule, layer.down)) else 0)
+    ws = dict(counts=torch.empty(C, E, **i32), chunk_base=torch.empty(C, E, **i32),
+              step_base=torch.empty(C, steps, E, **i32),
+              expert_start=torch.empty(1, E, **i32), totals=torch.empty(1, E, **i32),
+              tile_expert=torch.empty(mt, 1, **i32), tiles=torch.empty(1, 1, **i32),
+              pos=torch.empty(layer.entries, 1, **i32), ids=torch.empty(layer.entries, **i32),
+              weights=torch.empty(layer.tokens, layer.top_k, dtype=torch.float32, device=device))
+    if layer.tile_rows:   # the routed rows of each m-tile (skip_pad_halves)
+        ws["tile_rows"] = torch.empty(mt, 1, **i32)
+    return ws
+
+
 def _workspace(layer: Layer, device, interpret: bool) -> dict:
     """The intermediate buffers of one call. Small ones (decode-sized layers) are kept per
     (layer, device, stream) and reused by the next call on that stream (stream order makes
@@ -491,30 +516,15 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
         if found is not None:
             _WORKSPACES.move_to_end(key)
             return found
-    E, pad, M = layer.experts, layer.schedule.pad, layer.padded_rows
-    # count's chunks of entries and their steps: one shape for counts, chunk_base, step_base
-    C, steps, _ = R.step_base_shape(layer.entries, E)
-    i32 = dict(dtype=torch.int32, device=device)
+    pad, M = layer.schedule.pad, layer.padded_rows
     bf = dict(dtype=torch.bfloat16, device=device)
     # padding rows are never written: NaN in the interpreter, so a test sees any that leaks
     fill = torch.full if interpret else (lambda shape, _v, **kw: torch.empty(shape, **kw))
-    # a row past the layout's m-tiles: MoeFp8Schedule.pair_multicast reads the second m-tile
-    # of an odd count's last pair (never used) before it knows it is not real
-    mt = M // pad + (1 if any(getattr(t, "pair_multicast", False)
-                              for t in (layer.schedule, layer.down)) else 0)
-    ws = dict(counts=torch.empty(C, E, **i32), chunk_base=torch.empty(C, E, **i32),
-              step_base=torch.empty(C, steps, E, **i32),
-              expert_start=torch.empty(1, E, **i32), totals=torch.empty(1, E, **i32),
-              tile_expert=torch.empty(mt, 1, **i32), tiles=torch.empty(1, 1, **i32),
-              pos=torch.empty(layer.entries, 1, **i32),
-              # the router's result (ids flat: one entry per (token, slot))
-              ids=torch.empty(layer.entries, **i32),
-              weights=torch.empty(layer.tokens, layer.top_k, dtype=torch.float32, device=device),
-              h=torch.empty(M, layer.inter, **bf), y=torch.empty(M, layer.hidden, **bf))
-    if layer.tile_rows:   # the routed rows of each m-tile (skip_pad_halves)
-        ws["tile_rows"] = torch.empty(mt, 1, **i32)
+    ws = routing_workspace(layer, device)
+    ws.update(h=torch.empty(M, layer.inter, **bf), y=torch.empty(M, layer.hidden, **bf))
     nbytes = M * (2 * layer.hidden + layer.inter) * 2
     f32 = dict(dtype=torch.float32, device=device)
+    i32 = dict(dtype=torch.int32, device=device)
     if layer.fp8:
         # the GEMMs' e4m3 operands and their MN-major 1x128 scales (x's by the quantizing
         # permute, h's by quantize_1x128 after the gate-up)
@@ -609,6 +619,25 @@ def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "sof
     return ids, weights
 
 
+def layout(ids, layer: Layer, run, ws: dict) -> None:
+    """The contiguous layout of the flat ids [N] int32 into the workspace `ws`: expert_start,
+    tile_expert, tiles, pos (and tile_rows when a GEMM skips padding halves); one launch
+    (layout_small) for a few entries, else count, scan, layout and positions."""
+    E, be, pad = layer.experts, layer.block_experts, layer.schedule.pad
+    # skip_pad_halves: the layout writes each m-tile's routed rows too (TileRows)
+    rows = (ws["tile_rows"],) if layer.tile_rows else ()
+    if R.small_layout(layer.entries, E):   # decode: one launch instead of four
+        run(R.layout_small_kernel(be, pad, layer.tile_rows), ids, ids, ws["expert_start"],
+            ws["tile_expert"], ws["tiles"], ws["pos"], *rows)
+        return
+    run(R.count_kernel(be), ids, ws["counts"], ws["step_base"])
+    run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
+    run(R.layout_kernel(be, pad, layer.tile_rows), ws["totals"], ws["expert_start"],
+        ws["tile_expert"], ws["tiles"], *rows)
+    run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["step_base"],
+        ws["expert_start"], ws["pos"])
+
+
 def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool = False,
             scratch: dict | None = None, run=None, ws: dict | None = None,
             out=None, scales: tuple | None = None, operands: tuple | None = None):
@@ -621,7 +650,7 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     import torch
 
     run = run or _launcher(interpret)
-    s, E, be, pad = layer.schedule, layer.experts, layer.block_experts, layer.schedule.pad
+    s, E = layer.schedule, layer.experts
     ids = topk_ids.to(torch.int32).reshape(-1).contiguous()
     weights = topk_weights.to(torch.float32).contiguous()
     ws = ws if ws is not None else _workspace(layer, x.device, interpret)
@@ -629,18 +658,7 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
     if out is None:
         out = torch.empty(layer.tokens, layer.hidden, dtype=torch.bfloat16, device=x.device)
 
-    # skip_pad_halves: the layout writes each m-tile's routed rows too (TileRows)
-    rows = (ws["tile_rows"],) if layer.tile_rows else ()
-    if R.small_layout(layer.entries, E):   # decode: one launch instead of four
-        run(R.layout_small_kernel(be, pad, layer.tile_rows), ids, ids, ws["expert_start"],
-            tile_expert, tiles, pos, *rows)
-    else:
-        run(R.count_kernel(be), ids, ws["counts"], ws["step_base"])
-        run(R.scan_kernel(be), ws["counts"], ws["chunk_base"], ws["totals"])
-        run(R.layout_kernel(be, pad, layer.tile_rows), ws["totals"], ws["expert_start"],
-            tile_expert, tiles, *rows)
-        run(R.positions_kernel(be), ids, ids, ws["chunk_base"], ws["step_base"],
-            ws["expert_start"], pos)
+    layout(ids, layer, run, ws)
     if layer.fp8:
         _fp8_gemms(x, w13, w2, operands or _weight_scales(scales, layer), layer, run, ws)
         run(R.combine_kernel(layer.top_k, BH), ws["y"], pos, weights, out)
