@@ -314,6 +314,7 @@ def count_kernel(be: int) -> ag.KernelFunction:
                   StepBase: ag.Tensor["C", "S", "E", ag.i32]):
         (c,) = ag.grid(Counts.shape[0])
         steps = StepBase.shape[1]
+        _require_chunks_cover(Ids, Counts, StepBase)
         counts = ag.zeros((1, be), ag.i32)
         for q in ag.range(steps):
             ag.store(StepBase, (c, q, 0), counts)
@@ -322,6 +323,21 @@ def count_kernel(be: int) -> ag.KernelFunction:
         ag.store(Counts, (c, 0), counts)
 
     return ag.kernel(moe_count, threads=128, name=f"moe_count_{be}")
+
+
+def _require_chunks_cover(Ids, Counts, StepBase) -> None:
+    """The launch precondition of count and positions (checked before every launch, a premise
+    of the verifier): the chunks (Counts' rows, StepBase's too) of StepBase.shape[1] steps of
+    SUB entries cover the N entries; a smaller shape would drop entries past them silently
+    (count: never counted; positions: chunk bases read past the last chunk)."""
+    C, CS, S, N = (ag.sym(d) for d in (Counts.shape[0], StepBase.shape[0],
+                                       StepBase.shape[1], Ids.shape[0]))
+    ag.require(CS == C, "step_base [C, S, E] must have a row per chunk, as the chunk "
+               "counts / bases [C, E] (size both from step_base_shape(N, E))")
+    ag.require(C * S * SUB >= N,
+               f"the chunks must cover the N ids: C chunks of S steps of {SUB} entries "
+               f"(step_base [C, S, E]) with C * S * {SUB} >= N, else the entries past them are "
+               f"dropped (size step_base from step_base_shape(N, E))")
 
 
 def step_base_shape(entries: int, num_experts: int) -> tuple[int, int, int]:
@@ -441,6 +457,7 @@ def positions_kernel(be: int) -> ag.KernelFunction:
                       ExpertStart: ag.Tensor[1, "E", ag.i32], Pos: ag.Tensor["N", 1, ag.i32]):
         (pid,) = ag.grid(ag.cdiv(Ids.shape[0], POSITIONS))
         steps = StepBase.shape[1]                                        # a chunk's
+        _require_chunks_cover(Ids, ChunkBase, StepBase)
         entry = ag.arange(POSITIONS)[:, None] + pid * POSITIONS          # [P, 1]: i
         mine = ag.gather(Ids, (entry,), other=-1)                        # [P, 1]: its expert
         step = entry / SUB

@@ -243,3 +243,30 @@ def test_layout_tile_rows_past_256_experts(E, bm):
     expect = REF.routed_rows(n.tolist(), bm)
     assert rows.view(-1).tolist() == expect + [0] * (MT - len(expect))
 
+
+@pytest.mark.parametrize("short", ["steps", "chunks"])
+def test_count_and_positions_refuse_chunks_that_miss_entries(short):
+    """count and positions state (ag.require: checked before every launch, a premise of the
+    verifier) that their chunks cover the ids: C * S * SUB >= N, step_base a row per chunk.
+    One step or one chunk short would drop the last entries silently."""
+    from argus.errors import LaunchError
+
+    N, E = 1000, 8
+    ids = torch.randint(0, E, (N,), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    C, S, _ = R.step_base_shape(N, E)
+    assert C * S * R.SUB >= N
+    C2, S2 = (C, S - 1) if short == "steps" else (C - 1, S)
+    assert C2 * S2 * R.SUB < N
+    i32 = dict(dtype=torch.int32)
+    be = R.block_experts(E)
+    with pytest.raises(LaunchError, match="C \\* S \\* 32 >= N"):
+        R.count_kernel(be).interpret(ids, torch.empty(C2, E, **i32),
+                                     torch.empty(C2, S2, E, **i32))
+    with pytest.raises(LaunchError, match="C \\* S \\* 32 >= N"):
+        R.positions_kernel(be).interpret(ids, ids, torch.zeros(C2, E, **i32),
+                                         torch.zeros(C2, S2, E, **i32),
+                                         torch.zeros(1, E, **i32), torch.empty(N, 1, **i32))
+    with pytest.raises(LaunchError, match="a row per chunk"):
+        R.positions_kernel(be).interpret(ids, ids, torch.zeros(C, E, **i32),
+                                         torch.zeros(C + 1, S, E, **i32),
+                                         torch.zeros(1, E, **i32), torch.empty(N, 1, **i32))
