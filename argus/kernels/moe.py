@@ -47,7 +47,7 @@ never read by the combine.
 """
 
 import functools
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import argus as ag
 from argus.kernels.split_k_sum import MAX_SPLITS
@@ -456,10 +456,14 @@ def check_tile_rows(s: MoeSchedule, TileRows) -> None:
                             fix="build the kernel with tile_rows=True and pass routing's "
                                 "TileRows after Tiles")
     if TileRows is not None and not s.skip_pad_halves:
+        try:   # the second fix only where this schedule can take it
+            replace(s, skip_pad_halves=True)
+            fix = ("build it with tile_rows=False, or pass the schedule with "
+                   "skip_pad_halves=True")
+        except ValueError as why:
+            fix = f"build it with tile_rows=False (this schedule cannot skip: {why})"
         raise ag.TraceError("this kernel takes TileRows for skip_pad_halves: the schedule has "
-                            "skip_pad_halves=False",
-                            fix="build it with tile_rows=False, or pass "
-                                "MoeSchedule(..., skip_pad_halves=True)")
+                            "skip_pad_halves=False", fix=fix)
 
 
 def routed_rows(TileRows, s: MoeSchedule, m, wg):

@@ -220,6 +220,15 @@ def test_schedule_and_kernel_checks():
     with pytest.raises(ag.TraceError, match="skip_pad_halves=False"):
         lower_only(grouped_gemm_fp8_smem_kernel(False, tile_rows=True),
                    s=FP8_PREFILL_SPLIT_SMEM_TMA)
+    # the fix offers skip_pad_halves=True only to a schedule that can take it
+    with pytest.raises(ag.TraceError, match="or pass the schedule with skip_pad_halves=True"):
+        lower_only(grouped_gemm_kernel(True, tile_rows=True), s=PREFILL)
+    for cannot, why in ((SMALL, "nothing would be skipped"),
+                        (MoeSchedule(bm=128, bn=128, bk=64, stages=4, consumers=2,
+                                     pingpong=True), "pingpong=False")):
+        with pytest.raises(ag.TraceError, match="this schedule cannot skip") as err:
+            lower_only(grouped_gemm_kernel(False, tile_rows=True), s=cannot)
+        assert why in str(err.value) and "skip_pad_halves=True" not in str(err.value)
     layer = M.Layer(300, 256, 256, 4, 2, FP8_PREFILL_SPLIT_SMEM_TMA, skip)   # the down only
     assert layer.tile_rows and not M.Layer(300, 256, 256, 4, 2, PREFILL_TMA).tile_rows
 
