@@ -320,13 +320,7 @@ def _check(x, w13, w2, logits, top_k, scoring, activation, topk_ids, topk_weight
             raise LaunchError(f"{_WHO}: E={E} experts: the router kernel holds a token's "
                               f"logits in one tile of at most 1024")
         if scoring == "sigmoid":
-            if not num_expert_group or not topk_group or E % num_expert_group or \
-                    not 1 <= topk_group <= num_expert_group or \
-                    top_k > topk_group * (E // num_expert_group):
-                raise LaunchError(f"{_WHO}: scoring='sigmoid' needs num_expert_group dividing "
-                                  f"E={E} and 1 <= topk_group <= num_expert_group with top_k "
-                                  f"<= topk_group * E / num_expert_group; got "
-                                  f"{num_expert_group}, {topk_group}")
+            _check_groups(E, top_k, num_expert_group, topk_group)
             if bias is not None and (tuple(bias.shape) != (E,) or bias.dtype != torch.float32):
                 raise LaunchError(f"{_WHO}: e_score_correction_bias must be [E] float32, got "
                                   f"{tuple(bias.shape)} {bias.dtype}")
@@ -338,6 +332,21 @@ def _check(x, w13, w2, logits, top_k, scoring, activation, topk_ids, topk_weight
         if topk_ids.dtype not in (torch.int32, torch.int64) or not topk_weights.is_floating_point():
             raise LaunchError(f"{_WHO}: topk_ids must be int32/int64 and topk_weights float, "
                               f"got {topk_ids.dtype} and {topk_weights.dtype}")
+
+
+def _check_groups(E: int, top_k: int, num_expert_group, topk_group) -> None:
+    """The grouped sigmoid router's groups: num_expert_group dividing E, 1 <= topk_group <=
+    num_expert_group, and top_k experts inside topk_group groups."""
+    if not num_expert_group or not topk_group or E % num_expert_group or \
+            not 1 <= topk_group <= num_expert_group or \
+            top_k > topk_group * (E // num_expert_group):
+        raise LaunchError(f"{_WHO}: scoring='sigmoid' (the grouped router) needs "
+                          f"num_expert_group dividing E={E} and 1 <= topk_group <= "
+                          f"num_expert_group with top_k={top_k} <= topk_group * E / "
+                          f"num_expert_group; got num_expert_group={num_expert_group}, "
+                          f"topk_group={topk_group}",
+                          fix="pass the model's num_expert_group and topk_group (DeepSeek-V3: "
+                              "8 and 4); for one group, num_expert_group=1, topk_group=1")
 
 
 def _check_scales(x, w13, w2, w13_scale, w2_scale) -> bool:
@@ -478,24 +487,28 @@ def _launcher(interpret: bool, record: list | None = None):
 
 def routing_workspace(layer: Layer, device) -> dict:
     """The routing's buffers of one call (route, then layout): the router's ids (flat: one
-    entry per (token, slot)) and weights, the layout's outputs, and the count / scan
-    intermediates."""
+    entry per (token, slot)) and weights, the layout's outputs, and, where layout takes the
+    four kernels (not layout_small), the count / scan intermediates. Every size and the
+    choice of path come from the layer's host integers (never a device value), so a captured
+    graph replays on the same buffers."""
     import torch
 
     E, pad, M = layer.experts, layer.schedule.pad, layer.padded_rows
-    # count's chunks of entries and their steps: one shape for counts, chunk_base, step_base
-    C, steps, _ = R.step_base_shape(layer.entries, E)
     i32 = dict(dtype=torch.int32, device=device)
     # a row past the layout's m-tiles: MoeFp8Schedule.pair_multicast reads the second m-tile
     # of an odd count's last pair (never used) before it knows it is not real
     mt = M // pad + (1 if any(getattr(t, "pair_multicast", False)
                               for t in (layer.schedule, layer.down)) else 0)
-    ws = dict(counts=torch.empty(C, E, **i32), chunk_base=torch.empty(C, E, **i32),
-              step_base=torch.empty(C, steps, E, **i32),
-              expert_start=torch.empty(1, E, **i32), totals=torch.empty(1, E, **i32),
+    ws = dict(expert_start=torch.empty(1, E, **i32),
               tile_expert=torch.empty(mt, 1, **i32), tiles=torch.empty(1, 1, **i32),
               pos=torch.empty(layer.entries, 1, **i32), ids=torch.empty(layer.entries, **i32),
               weights=torch.empty(layer.tokens, layer.top_k, dtype=torch.float32, device=device))
+    if not R.small_layout(layer.entries, E):
+        # count's chunks of entries and their steps: one shape for counts, chunk_base,
+        # step_base
+        C, steps, _ = R.step_base_shape(layer.entries, E)
+        ws.update(counts=torch.empty(C, E, **i32), chunk_base=torch.empty(C, E, **i32),
+                  step_base=torch.empty(C, steps, E, **i32), totals=torch.empty(1, E, **i32))
     if layer.tile_rows:   # the routed rows of each m-tile (skip_pad_halves)
         ws["tile_rows"] = torch.empty(mt, 1, **i32)
     return ws
@@ -603,6 +616,10 @@ def route(logits, layer: Layer, *, renormalize: bool = True, scoring: str = "sof
         ids = torch.empty(T, k, dtype=torch.int32, device=logits.device)
         weights = torch.empty(T, k, dtype=torch.float32, device=logits.device)
     dt = ag.bf16 if logits.dtype == torch.bfloat16 else ag.f32
+    if scoring not in SCORINGS:
+        raise LaunchError(f"{_WHO}: scoring={scoring!r} is not one of {SCORINGS}")
+    if scoring == "sigmoid":   # moe() checked these; a direct call gets the same message
+        _check_groups(E, k, num_expert_group, topk_group)
     if scoring == "softmax":
         run(R.topk_softmax_kernel(dt, k, renormalize, layer.block_experts), logits, ids, weights)
     else:

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
                               TINY, MoeSchedule, decode_schedule)
+from argus.kernels import moe_routing as R
 
 M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
 
@@ -439,3 +440,44 @@ def test_decode_schedule_refuses_what_it_cannot_run(kwargs, words):
     base = dict(bm=64, bn=8, consumers=1, swap_ab=True)
     with pytest.raises(ValueError, match=words):
         MoeSchedule(**{**base, **kwargs})
+
+
+@pytest.mark.parametrize("groups", [dict(), dict(num_expert_group=0, topk_group=0),
+                                    dict(num_expert_group=5, topk_group=2),
+                                    dict(num_expert_group=4, topk_group=1)])
+def test_route_sigmoid_without_valid_groups_says_how_to_fix(groups):
+    """route() called directly (no moe() check before it) with the grouped sigmoid router and
+    no groups, groups not dividing E, or too few experts in the kept groups: a LaunchError
+    naming the groups and the fix, not a ZeroDivisionError from E // num_expert_group."""
+    from argus.errors import LaunchError
+
+    T, E, k = 3, 32, 10   # 4 groups of 8 keeping 1: 8 < k experts
+    layer = M.Layer(T, 64, 64, E, k, SMALL)
+    with pytest.raises(LaunchError, match="num_expert_group") as err:
+        M.route(torch.randn(T, E), layer, scoring="sigmoid", interpret=True, **groups)
+    assert "fix: pass the model's num_expert_group and topk_group" in str(err.value)
+    with pytest.raises(LaunchError, match="scoring='sigmod'"):
+        M.route(torch.randn(T, E), layer, scoring="sigmod", interpret=True)
+
+
+@pytest.mark.parametrize("T,E,k,small", [(4, 32, 8, True), (32, 128, 8, True),
+                                         (33, 128, 8, False), (4, 256, 8, False),
+                                         (500, 8, 2, False)])
+def test_routing_workspace_holds_only_its_paths_buffers(T, E, k, small):
+    """layout_small (a few entries, at most 128 experts) needs no counts, chunk bases, step
+    bases or totals: the workspace holds them only for the four-kernel path, sized from the
+    layer's host integers (a captured graph replays on them); the layer still runs."""
+    layer = M.Layer(T, 64, 64, E, k, SMALL)
+    assert R.small_layout(T * k, E) == small
+    ws = M.routing_workspace(layer, torch.device("cpu"))
+    chain = {"counts", "chunk_base", "step_base", "totals"}
+    assert chain.isdisjoint(ws) if small else chain <= set(ws)
+    if not small:
+        C, S, _ = R.step_base_shape(T * k, E)
+        assert ws["step_base"].shape == (C, S, E) and ws["counts"].shape == (C, E)
+    full = M._workspace(layer, torch.device("cpu"), True)
+    assert chain.isdisjoint(full) if small else chain <= set(full)
+    ids = _ids_skewed(T, E, k, seed=T).reshape(-1).contiguous()
+    M.layout(ids, layer, M._launcher(True), ws)
+    n = torch.bincount(ids.long(), minlength=E)
+    assert ws["tiles"].item() == ((n + SMALL.pad - 1) // SMALL.pad).sum().item()
