@@ -200,7 +200,8 @@ def test_small_layout_tile_rows_match_the_reference(T, E, k, bm, unused):
     lambda: R.topk_softmax_kernel(ag.bf16, 8, True, 128),
 ], ids=["scan256", "scan128", "scan32", "layout256", "layout32", "layout_rows256",
         "layout_rows32", "layout_rows512", "layout_rows1024", "layout1024",
-        "layout_small_rows128", "layout_small_rows32", "count256", "positions256", "sigmoid_bf16", "softmax_bf16_E128"])
+        "layout_small_rows128", "layout_small_rows32", "count256", "positions256",
+        "sigmoid_bf16", "softmax_bf16_E128"])
 def test_reworked_routing_builds_for_sm90a_without_spills(build):
     """NVRTC to sm_90a: the scan's [64, 128] register tile (a column a thread) and the rest
     build without spills; the routers stay free of block barriers."""
