@@ -251,11 +251,11 @@ def prefill_variants() -> dict:
             # when its expert's last unit has <= 128 rows. Not measured on a GPU yet
             "rule-skip": (replace(base, skip_pad_halves=True),
                           replace(base, skip_pad_halves=True)),
-            # one cluster a unit instead of the persistent walk (num_sms past the unit
-            # count: the hardware hands units out in order), so the m-tiles sharing a weight
-            # tile stay in step and share its L2 reads (the fp8 gate-up's persistent CTAs
-            # drift apart: ncu, 2026-12-06, docs/perf/moe.md)
-            "rule-grid": (replace(base, num_sms=1 << 20), replace(base, num_sms=1 << 20)),
+            # one cluster a unit instead of the persistent walk (MoeSchedule persistent=False:
+            # the hardware hands units out in order), so the m-tiles sharing a weight tile
+            # stay in step and share its L2 reads (the fp8 gate-up's persistent CTAs drift
+            # apart: ncu, 2026-12-06, docs/perf/moe.md)
+            "rule-grid": (replace(base, persistent=False), replace(base, persistent=False)),
             "tma-skip": (replace(PREFILL_TMA, skip_pad_halves=True),
                          replace(PREFILL_TMA, skip_pad_halves=True))}
 
@@ -1039,12 +1039,13 @@ def fp8_variants() -> dict:
             "split_tma_cluster": replace(FP8_PREFILL_SPLIT_TMA, cluster_m=2),
             "split_tma_cluster_skip": replace(FP8_PREFILL_SPLIT_TMA, cluster_m=2,
                                               skip_pad_halves=True),
-            # one CTA a unit (num_sms past the unit count: the hardware hands units out in
+            # one CTA a unit (MoeSchedule persistent=False: the hardware hands units out in
             # order as SMs free up) instead of the persistent walk, whose CTAs drift apart
             # over ~140 long gate-up units so the m-tiles of one expert stop sharing weight
             # reads in L2; on both GEMMs, and on the gate-up only
-            "split_smem_tma_grid": replace(FP8_PREFILL_SPLIT_SMEM_TMA, num_sms=1 << 20),
-            "split_smem_tma_grid_gateup": (replace(FP8_PREFILL_SPLIT_SMEM_TMA, num_sms=1 << 20),
+            "split_smem_tma_grid": replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False),
+            "split_smem_tma_grid_gateup": (replace(FP8_PREFILL_SPLIT_SMEM_TMA,
+                                                   persistent=False),
                                            FP8_PREFILL_SPLIT_SMEM_TMA),
             # the default with MoeSchedule.skip_pad_halves (both GEMMs): a consumer
             # warpgroup whose 64 rows of an expert's last m-tile are all padding only

@@ -15,7 +15,10 @@ its B loads: no per-expert descriptors or pointer arrays. The grid is persistent
 SM); every role walks units (m-tile, n-tile) of the tiles[0] m-tiles routing counted (a device
 value read once per CTA: the loop bound comes from memory, nothing waits on the host) in the
 skeleton's grouped raster order (argus/kernels/warp_specialized.py: tile_coords, load_tile,
-OperandRing, Staging, store_tile_staged), and reads the unit's expert from tile_expert.
+OperandRing, Staging, store_tile_staged), and reads the unit's expert from tile_expert. With
+persistent=False (prefill only) the grid is one CTA (or cluster) per unit of the largest
+layout, from shapes, and the same walk is one iteration: unit pid, none for the CTAs past the
+units routing counted (`unit_programs`).
 
 Gate-up fusion: a B tile of the gated GEMM is bn/2 gate rows [n * bn/2, +bn/2) of w13[e] on
 top of the same bn/2 rows of the up plane, two TMA boxes into one stage, so accumulator
@@ -62,7 +65,11 @@ class MoeSchedule(WarpSpecializedSchedule):
     raster, cluster). The contiguous layout pads each expert to `pad` rows (bm, or 2 * bm with
     cluster_m=2, so that the two m-tiles of a CTA pair always belong to one expert and share
     its weight tile by multicast; cluster_n=2 pairs share an m-tile, so bm); routing must be
-    run with the same `pad`."""
+    run with the same `pad`.
+
+    persistent (the skeleton's field): True, a grid of at most num_sms CTAs (clusters: num_sms
+    / cluster size) walking the units; False, prefill only, one CTA or cluster per unit of the
+    largest layout (the grid from shapes; num_sms ignored; `unit_programs`)."""
 
     # TMA-store epilogue: columns of the stored tile staged per round (0: all of them)
     store_cols: int = 0
@@ -187,8 +194,19 @@ class MoeSchedule(WarpSpecializedSchedule):
         if self.store_cols and (self.epilogue != "tma" or self.store_cols % 64):
             problems.append(f"store_cols={self.store_cols} sizes the TMA-store staging: a "
                             f"multiple of 64 with epilogue='tma'")
-        if not self.persistent:
-            problems.append("the grouped GEMM is persistent: its unit count is a device value")
+        if not self.persistent and self.swap_ab:
+            # decode's few units already fit one wave of the persistent grid; a grid of the
+            # largest layout's units would launch thousands of CTAs that find no unit
+            problems.append("persistent=False (one CTA or cluster per unit) is a prefill "
+                            "schedule: the decode grid (swap_ab, and with it split_k, "
+                            "fused_finish) would be the largest layout's token tiles x "
+                            "weight tiles, nearly all without a unit; use persistent=True "
+                            "with swap_ab")
+        if not self.persistent and (self.pdl or self.prefetch or self.pdl_combine):
+            problems.append("pdl, prefetch and pdl_combine rest on a grid whose CTAs are all "
+                            "resident at once (the early trigger, the first unit's prefetch "
+                            "before the wait): persistent=False launches a CTA per unit, "
+                            "waves of them; use persistent=True")
         if self.zero_by_wgmma:
             problems.append("zero_by_wgmma is untried in the grouped GEMM")
         if self.swap_ab and (self.bm, self.consumers, self.cluster_m, self.epilogue,
@@ -375,7 +393,7 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False, fused: bool = False,
         # count runs past C: TMA reads zeros there and the stores drop those columns)
         n_units = ag.cdiv(n_tiles, s.cluster_n) if s.cluster_n > 1 else n_tiles
         most = ag.cdiv(A.shape[0], s.pad) * n_units          # units of the largest layout
-        programs = ag.minimum(most, s.num_sms // cs)         # CTAs, or clusters of cs CTAs
+        programs = unit_programs(s, most, cs)                # CTAs, or clusters of cs CTAs
         (pid,) = ag.grid(programs * cs, cluster=cs)
         rank = ag.cluster_rank() if cs > 1 else 0
         first = pid // cs if cs > 1 else pid
@@ -588,10 +606,24 @@ def _tag_layout(A, W, TileExpert, pad: int, gated: bool, partial: bool = False) 
         ag.tag_tensor(W, expert=lambda e, r, k: e)
 
 
+def unit_programs(s: MoeSchedule, most, cs: int):
+    """The prefill grouped GEMMs' grid, in CTAs or clusters of cs CTAs, for `most` units (the
+    largest layout's, from shapes: a host integer, so CUDA-graph capture needs no device
+    value): persistent, at most num_sms / cs of them, each walking units first, first +
+    programs, ...; or with persistent=False one per unit of the largest layout, so the walk
+    (`_walk`, the same code) is one iteration, unit pid, or none past the units routing
+    counted. The hardware hands CTAs out in blockIdx order as SMs free up, so consecutive
+    units of the grouped raster (the m-tiles sharing a weight tile) run close in time and
+    share its L2 reads, where persistent CTAs drift apart over their long walks
+    (docs/perf/moe.md, the fp8 gate-up's ncu reading)."""
+    return ag.minimum(most, s.num_sms // cs) if s.persistent else most
+
+
 def _walk(first, programs, m_units, n_tiles, group_m: int, TileExpert, expert: bool):
     """(unit m-tile, n-tile, its expert or None) of the units first, first + programs, ... of
     m_units x n_tiles in grouped raster order: the m-tiles routing counted (zero-token
-    experts have none, so they make no units and no weight reads)."""
+    experts have none, so they make no units and no weight reads). With programs the
+    grid's unit count (MoeSchedule.persistent=False: `unit_programs`) one iteration or none."""
     for unit in ag.range(first, m_units * n_tiles, programs):
         mu, n = tile_coords(unit, m_units, n_tiles, group_m)
         yield mu, n, ag.load_scalar(TileExpert, (mu, 0)) if expert else None

@@ -44,7 +44,7 @@ from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SC
                                     weight_blocks_spanned)
 from argus.kernels.moe import (MoeSchedule, _store_gated_staged, _tag_layout, _walk,
                                check_tile_rows, consume_unit, produce_units, silu_mul,
-                               store_unit)
+                               store_unit, unit_programs)
 from argus.kernels.moe_routing import tag_positions
 from argus.kernels.warp_specialized import (OperandRing, Staging, Unit, load_tile,
                                             store_tile_staged)
@@ -514,7 +514,7 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool =
         n_tiles = ag.cdiv(C.shape[1], width)
         cs = s.cluster_m
         most = ag.cdiv(A.shape[0], s.pad) * n_tiles
-        programs = ag.minimum(most, s.num_sms // cs)
+        programs = unit_programs(s, most, cs)
         (pid,) = ag.grid(programs * cs, cluster=cs)
         rank = ag.cluster_rank() if cs > 1 else 0
         first = pid // cs if cs > 1 else pid
@@ -592,7 +592,7 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
         # units: m-tiles, or pairs of them (pair_multicast), times n-tiles
         m_most = ag.cdiv(A.shape[0], s.pad)
         most = (ag.cdiv(m_most, cs) if pair else m_most) * n_tiles
-        programs = ag.minimum(most, s.num_sms // cs)
+        programs = unit_programs(s, most, cs)
         (pid,) = ag.grid(programs * cs, cluster=cs) if pair else ag.grid(programs)
         rank = ag.cluster_rank() if pair else 0
         first = pid // cs if pair else pid

@@ -101,7 +101,9 @@ class WarpSpecializedSchedule:
     producer_regs: int = 40
     consumer_regs: int = 232
     persistent: bool = True
-    num_sms: int = NUM_SMS  # CTAs of the persistent grid (target/limits.py: H100/H200 SXM)
+    # CTAs of the persistent grid (target/limits.py: H100/H200 SXM); ignored with
+    # persistent=False, whose grid is one CTA (or cluster) per unit
+    num_sms: int = NUM_SMS
     group_m: int = 8        # grouped raster: GROUP_M tiles down M before moving along N
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
     cluster_m: int = 1      # 2: CTA pairs on vertically adjacent tiles share B by TMA multicast
