@@ -334,7 +334,7 @@ for s in "${steps[@]}"; do
     # 2026-12-06): one CTA a unit (grid) and same-expert pair multicast (pair) against the
     # default, then the gate-up's bytes under ncu for each; Mixtral bf16 with one cluster a unit
     moel2) run_step moel2 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 4096 --trials 10 \
-            --fp8-only split_smem_tma_grid split_smem_tma_grid_gateup split_smem_tma_pair split_smem_tma_pair_gateup \
+            --fp8-only split_smem_tma_grid split_smem_tma_grid_gateup split_smem_tma_pair split_smem_tma_pair_gateup split_smem_tma_pair_grid \
             --out "$OUT/moel2"
         for v in split_smem_tma_grid split_smem_tma_pair; do
           run_step "ncu_$v" 90 env MOE_FP8_VARIANT=$v ncu --clock-control none --profile-from-start off --csv \
@@ -346,7 +346,8 @@ for s in "${steps[@]}"; do
             --prefill-variants --prefill-only rule-grid --out "$OUT/moel2mix" ;;
     moel2tests) run_step moel2tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_moe_fp8_pair_multicast_gpu.py tests/gpu/test_moe_fp8_gpu.py tests/gpu/test_moe_gpu.py \
-        tests/gpu/test_moe_routing_gpu.py tests/gpu/test_moe_skip_pad_halves_gpu.py ;;
+        tests/gpu/test_moe_routing_gpu.py tests/gpu/test_moe_skip_pad_halves_gpu.py \
+        tests/gpu/test_moe_unit_grid_gpu.py ;;
     *) echo "unknown step $s" ;;
   esac
 done
