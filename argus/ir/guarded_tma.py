@@ -107,23 +107,34 @@ def step_bytes(body: Region, defs: dict, cluster_size: int,
 def rank_free(kernel: Kernel, value, cluster_size: int) -> bool:
     """Whether every CTA of a cluster computes `value` alike: no cluster rank in its def
     chain, and the grid id only as pid // cluster_size (the cluster's index: the CTAs of a
-    cluster are consecutive ids). Loads read the same memory in every CTA (the kernel's inputs;
-    a syntactic check, conservative: anything else the chain reaches from the grid id is
-    refused)."""
-    producers = {}
+    cluster are consecutive ids). A variable's chain is its init and every assignment to it;
+    loads read the same memory in every CTA only from tensors the kernel never writes (a store
+    or atomic of another CTA may land between the two CTAs' reads), so a load of a written
+    tensor, an atomic's result, shared-memory contents (anything reached from a buffer) and
+    the thread index are refused too. Syntactic and conservative: anything else the chain
+    reaches from the grid id is refused."""
+    producers, assigned, written = {}, {}, set()
     for op in kernel.walk():
         for r in op.results():
             producers[r.id] = op
+        if isinstance(op, O.Assign):
+            assigned.setdefault(op.dst.id, []).append(op.src)
+        if isinstance(op, (O.Store, O.AtomicAdd, O.AtomicFetchAdd, O.TmaStore)):
+            written.add(op.tensor.id)
     seen, todo = set(), [value]
     while todo:
         v = todo.pop()
         if v.id in seen:
             continue
         seen.add(v.id)
+        todo += assigned.get(v.id, [])
         op = producers.get(v.id)
         if op is None:
             continue
-        if isinstance(op, (O.ClusterRank, O.GridIds)):
+        if isinstance(op, (O.ClusterRank, O.GridIds, O.ThreadIndex, O.AtomicFetchAdd,
+                           O.SmemAlloc, O.SmemSlice)):
+            return False
+        if isinstance(op, (O.Load, O.LoadScalar, O.Gather)) and op.tensor.id in written:
             return False
         if isinstance(op, O.Arith) and op.fn == "floordiv" and \
                 isinstance(producers.get(op.lhs.id), O.GridIds):

@@ -70,3 +70,47 @@ def test_a_rank_dependent_guard_leaves_the_bytes_unknown(kernel):
     report = verify.run(broken)
     tx = [d for d in report.diagnostics if d.code == "tma.tx-bytes"]
     assert tx and "cluster" in tx[0].message, report.diagnostics
+
+
+def _rank_free_probe(kind: str):
+    """A 2-CTA cluster kernel whose guard reads `c`: a load of an input (alike in both CTAs),
+    or a value that may differ between them without naming the rank at its definition."""
+    import argus as ag
+
+    @ag.kernel(name="rank_free_probe")
+    def probe(T: ag.Tensor["M", "N", ag.i32], U: ag.Tensor["M", "N", ag.i32]):
+        (pid,) = ag.grid(ag.cdiv(T.shape[0], 1) * 2, cluster=2)
+        rank = ag.cluster_rank()
+        first = pid // 2
+        c = ag.load_scalar(T, (first, 0))
+        if kind == "carried_uniform":
+            for _ in ag.range(0, 4):
+                c = c + first
+        elif kind == "carried_rank":       # a variable assigned the rank in a loop
+            for _ in ag.range(0, 4):
+                c = c + rank
+        elif kind == "atomic":             # a work counter: each CTA gets its own ticket
+            c = ag.atomic_fetch_add(T, (first, 0))
+        elif kind == "written":            # U is stored below: a CTA may read the other's store
+            c = ag.load_scalar(U, (first, 0))
+        with ag.when(c > 0):
+            ag.store(U, (first, 0), ag.full((1, 1), 1, ag.i32))
+
+    k = probe.trace()
+    return k, next(op for op in k.walk() if isinstance(op, O.If)).cond
+
+
+@pytest.mark.parametrize("kind", ["input", "carried_uniform"])
+def test_rank_free_accepts_what_every_cta_computes_alike(kind):
+    from argus.ir.guarded_tma import rank_free
+    k, cond = _rank_free_probe(kind)
+    assert rank_free(k, cond, 2)
+
+
+@pytest.mark.parametrize("kind", ["carried_rank", "atomic", "written"])
+def test_rank_free_refuses_values_that_may_differ_between_the_ctas(kind):
+    """Seeded gaps (all accepted before): the rank through a variable's assignment (the chain
+    followed only its init), an atomic's ticket, a load of a tensor the kernel writes."""
+    from argus.ir.guarded_tma import rank_free
+    k, cond = _rank_free_probe(kind)
+    assert not rank_free(k, cond, 2)
