@@ -508,6 +508,11 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool =
         _check_quantize(s, gated, quantize)
         check_tile_rows(s, TileRows)
         _tag_layout(A, W, TileExpert, s.pad, gated)
+        if s.pair_multicast:   # else traced as a plain unpaired grid: the option ignored
+            raise ag.TraceError("pair_multicast is built by the smem-scale kernel only: this "
+                                "kernel (global block scales) has no paired grid",
+                                fix="use grouped_gemm_fp8_smem_kernel for this schedule, or "
+                                    "pass it with pair_multicast=False")
         _check_gate_up_tile(s, gated)
         K = A.shape[1]
         width = s.bn // 2 if gated else s.bn

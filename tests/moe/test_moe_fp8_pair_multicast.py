@@ -104,6 +104,14 @@ def test_pair_multicast_schedule_checks(kwargs, words):
         MoeFp8Schedule(**kwargs)
 
 
+def test_the_global_scale_kernel_refuses_pair_multicast():
+    """grouped_gemm_fp8_kernel (global block scales) has no paired grid: a pair_multicast
+    schedule (smem_scales=True is what allows it) is refused, not traced unpaired."""
+    from argus.kernels.moe_fp8 import grouped_gemm_fp8_kernel
+    with pytest.raises(Exception, match="pair_multicast is built by the smem-scale kernel"):
+        lower_only(grouped_gemm_fp8_kernel(False), s=PAIR)
+
+
 def test_pair_multicast_keeps_the_padding_and_the_repr():
     assert PAIR.pad == 128
     assert repr(PAIR).endswith("pair_multicast=True)")
