@@ -74,6 +74,11 @@ def guarded_pairs(body: Region, defs: dict, cluster_size: int, size=None):
         c = defs.get(g.cond.id)
         if not isinstance(c, O.Arith) or c.fn not in COMPLEMENT:
             return [], "a guard that is not one comparison"
+        if any(getattr(getattr(v, "type", None), "dtype", None) is None
+               or v.type.dtype.is_float for v in (c.lhs, c.rhs)):
+            # NaN fails both `x > c` and `x <= c`: neither copy would run and the step's
+            # barrier would wait forever
+            return [], "a guard comparing floats (NaN takes neither branch)"
         keys[g] = (c.fn, _operand_key(c.lhs, defs), _operand_key(c.rhs, defs))
     pairs, left = [], list(guarded)
     while left:

@@ -114,3 +114,18 @@ def test_rank_free_refuses_values_that_may_differ_between_the_ctas(kind):
     from argus.ir.guarded_tma import rank_free
     k, cond = _rank_free_probe(kind)
     assert not rank_free(k, cond, 2)
+
+
+def test_a_float_guard_is_refused(kernel):
+    """The share test compared as floats: a NaN takes neither `x > c` nor `x <= c`, so
+    neither copy would run and the step's full barrier would never complete."""
+    from argus import dtypes
+    from argus.ir.types import ScalarType
+
+    defs = definitions(kernel)
+    shared = defs[_guards(kernel)[0].cond.id].lhs
+    as_float = replace(shared, type=ScalarType(dtypes.f32))
+    broken = rewrite(kernel, O.Arith, lambda op: op.replace(lhs=as_float)
+                     if op.fn in ("gt", "le") and op.lhs.id == shared.id else op)
+    _, problem = step_bytes(_produce(broken).body, definitions(broken), 2)
+    assert "floats" in problem
