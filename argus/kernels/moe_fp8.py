@@ -274,13 +274,14 @@ class MoeFp8Schedule(MoeSchedule):
                             "late_release, and no clusters (cluster_m=cluster_n=1)")
         if self.pair_multicast and (not self.smem_scales or self.cluster_m != 1
                                     or self.cluster_n != 1 or (self.bn // 4) % 8
-                                    or self.num_sms < 2):
+                                    or (self.persistent and self.num_sms < 2)):
+            # (num_sms sizes the persistent grid only: persistent=False ignores it)
             problems.append(f"pair_multicast pairs two m-tiles in a 2-CTA cluster of its own "
                             f"(pad stays bm) with the block scales through shared memory: it "
                             f"needs smem_scales=True, cluster_m=cluster_n=1, bn a multiple of "
-                            f"32 (half of each B box a CTA) and num_sms >= 2 (got smem_scales="
-                            f"{self.smem_scales}, cluster_m={self.cluster_m}, cluster_n="
-                            f"{self.cluster_n}, bn={self.bn})")
+                            f"32 (half of each B box a CTA) and, persistent, num_sms >= 2 (got "
+                            f"smem_scales={self.smem_scales}, cluster_m={self.cluster_m}, "
+                            f"cluster_n={self.cluster_n}, bn={self.bn}, num_sms={self.num_sms})")
         if self.quantize_out and (self.n_split != 2 or self.bn != 256):
             problems.append(f"quantize_out quantizes the gate-up's unit tile as one 1x128 "
                             f"scale group: it needs n_split=2 and bn=256 (128 columns of h a "
