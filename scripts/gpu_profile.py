@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
+from pathlib import Path
 
 # metric (ncu raw name) -> short label for --summarize; stall reasons are found by prefix
 SUMMARY = [
@@ -138,7 +140,7 @@ def moe_fp8_calls() -> list:
     import torch
 
     import argus.ops
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from gpu_moe_bench import MODELS, fp8_weights
 
     E, k, H, I, routing = MODELS["deepseek-v3"]
@@ -152,7 +154,7 @@ def moe_fp8_calls() -> list:
     logits = torch.randn(T, E, generator=g, device="cuda")
 
     # MOE_FP8_VARIANT: one of gpu_moe_bench.fp8_variants() instead of the default schedule
-    variant = __import__("os").environ.get("MOE_FP8_VARIANT")
+    variant = os.environ.get("MOE_FP8_VARIANT")
     schedule = None
     if variant:
         from gpu_moe_bench import fp8_variants
