@@ -514,6 +514,12 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool =
                                 "kernel (global block scales) has no paired grid",
                                 fix="use grouped_gemm_fp8_smem_kernel for this schedule, or "
                                     "pass it with pair_multicast=False")
+        if s.smem_scales:   # else traced with global scales: the schedule's choice ignored
+            raise ag.TraceError("smem_scales reads the block scales through shared memory, "
+                                "which grouped_gemm_fp8_smem_kernel does: this kernel reads "
+                                "them from global memory",
+                                fix="use grouped_gemm_fp8_smem_kernel for this schedule, or "
+                                    "pass it with smem_scales=False")
         _check_gate_up_tile(s, gated)
         K = A.shape[1]
         width = s.bn // 2 if gated else s.bn

@@ -160,6 +160,14 @@ def test_gate_up_halves_must_not_straddle_a_weight_block():
     assert M._layer(300, 256, 256, 4, 2, (FP8_PREFILL, s), True).down == s
 
 
+def test_the_global_scale_kernel_refuses_smem_scales():
+    """grouped_gemm_fp8_kernel reads the block scales from global memory: a schedule asking
+    for them through shared memory (the smem kernel's) is refused, not traced with global
+    scales as if the field were not set."""
+    with pytest.raises(ag.TraceError, match="grouped_gemm_fp8_smem_kernel"):
+        lower_only(grouped_gemm_fp8_kernel(False), s=FP8_PREFILL_SPLIT_SMEM_TMA)
+
+
 def test_schedule_kind_must_match_the_weights():
     from argus.kernels.moe import SMALL
 
