@@ -383,6 +383,16 @@ def variant_schedules() -> list[tuple[str, object]]:
                                          cluster_m=2, epilogue="tma")),
         ("split 128x256 smem scales", S(bn=256, stages=3, promote=True, n_split=2,
                                         smem_scales=True, epilogue="tma")),
+        # the same on one CTA a tile (persistent=False): the hardware hands tiles out in launch
+        # order, so neighbouring tiles that share A rows and W columns run together instead
+        # of drifting apart over a persistent walk (the fp8 MoE gate-up's L2 hit rose from
+        # 39% to 67% so, docs/perf/moe.md 2026-12-06); g16 groups 16 tiles down M
+        ("split 128x256 smem scales grid", S(bn=256, stages=3, promote=True, n_split=2,
+                                             smem_scales=True, epilogue="tma",
+                                             persistent=False)),
+        ("split 128x256 smem scales grid g16", S(bn=256, stages=3, promote=True, n_split=2,
+                                                 smem_scales=True, epilogue="tma",
+                                                 persistent=False, group_m=16)),
         # all of DeepGEMM's 256 x 128 configuration at once (transposed): one partial live,
         # W multicast, the activation scales by TMA with each stage (0 spills on the CPU
         # build, 95-99 bookkeeping instructions per K block against the default's 114)
