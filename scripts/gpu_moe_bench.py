@@ -1044,6 +1044,8 @@ def fp8_variants() -> dict:
             # over ~140 long gate-up units so the m-tiles of one expert stop sharing weight
             # reads in L2; on both GEMMs, and on the gate-up only
             "split_smem_tma_grid": replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False),
+            # the few-rows tile (decode-to-prefill boundary) on one CTA a unit
+            "small_grid": replace(FP8_SMALL, persistent=False),
             "split_smem_tma_grid_gateup": (replace(FP8_PREFILL_SPLIT_SMEM_TMA,
                                                    persistent=False),
                                            FP8_PREFILL_SPLIT_SMEM_TMA),

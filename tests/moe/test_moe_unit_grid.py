@@ -22,7 +22,8 @@ from argus.kernels.moe import (DECODE, PREFILL, PREFILL_DOWN_PAIR_N, PREFILL_GAT
                                PREFILL_TMA, PREFILL_TMA_CLUSTER, MoeSchedule, decode_schedule,
                                grouped_gemm_kernel)
 from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_PREFILL_SPLIT_TMA,
-                                   grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel)
+                                   FP8_SMALL, grouped_gemm_fp8_kernel,
+                                   grouped_gemm_fp8_smem_kernel)
 from argus.runtime import nvrtc_available
 from argus.runtime.interp import grid_extents
 
@@ -78,6 +79,7 @@ CASES = [
      True),
     ("fp8 fused quantize", replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True), None, True),
     ("fp8 global scales cluster", replace(FP8_PREFILL_SPLIT_TMA, cluster_m=2), None, True),
+    ("fp8 small tile", FP8_SMALL, None, True),
     ("fp8 skip_pad_halves", replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True), None,
      True),
     ("bf16 tma", PREFILL_TMA, None, False),
