@@ -55,7 +55,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import argus as ag
 from argus.errors import LaunchError
@@ -244,17 +244,41 @@ def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> 
     return TINY if active * hidden < SMALL.num_sms * SMALL.bn else SMALL
 
 
-def fp8_schedule_for(tokens: int, top_k: int, num_experts: int) -> MoeFp8Schedule:
-    """The fp8 grouped GEMMs' schedule: when the experts get at least 128 rows each on
-    average, 128 x 256 tiles with each K block's wgmma split into two 128-column halves, the
-    block scales through shared memory and the TMA-store epilogue (FP8_PREFILL_SPLIT_SMEM_TMA,
-    the dense block-scaled kernel's fastest form; measured at DeepSeek-V3 T = 16384 on an
-    H100, 2026-12-06: the whole layer 859 TFLOP/s against the 128 x 128 global-scale tile's 603,
-    docs/perf/moe.md); else 64 x 128 (half the padding). No swap-AB decode form yet: decode
-    sizes take FP8_SMALL. Untuned."""
+# The fp8 prefill rule's thresholds, in rows an expert gets on average (T * top_k over the
+# experts routing can touch), from the DeepSeek-V3 sweep on an H100 (2026-12-06,
+# docs/perf/moe.md "One CTA a unit"): the 128 x 256 split tile beats the 64 x 128 one from 32
+# rows an expert (T = 1024: 176 against 170 TFLOP/s persistent, 192 on the unit grid; T = 2048:
+# 301 against 237), though it pads each expert to 128 rows
+FP8_BIG_TILE_ROWS = 32
+# ... and one CTA a unit (persistent=False) beats the persistent walk up to 256 rows an expert
+# (the GEMM kernels: +12% at T = 1024, +17% at 2048, +21% at 4096, +3-8% at 8192), where the
+# hardware handing units out in order keeps an expert's m-tiles together in L2; at 512
+# (T = 16384) the walk wins by 2-11% (four runs): 140 units a CTA, each CTA's start (barrier
+# setup, the ring's first fill) paid once instead of per unit
+FP8_UNIT_GRID_MAX_ROWS = 256
+
+
+def fp8_rows_per_expert(tokens: int, top_k: int, num_experts: int) -> float:
+    """The rows an expert gets on average: the routed entries over the experts they can reach."""
     entries = tokens * top_k
-    active = max(1, min(num_experts, entries))
-    return FP8_PREFILL_SPLIT_SMEM_TMA if entries / active >= 128 else FP8_SMALL
+    return entries / max(1, min(num_experts, entries))
+
+
+def fp8_schedule_for(tokens: int, top_k: int, num_experts: int) -> MoeFp8Schedule:
+    """The fp8 grouped GEMMs' schedule: from FP8_BIG_TILE_ROWS rows an expert on average,
+    128 x 256 tiles with each K block's wgmma split into two 128-column halves, the block scales
+    through shared memory and the TMA-store epilogue (FP8_PREFILL_SPLIT_SMEM_TMA, the dense
+    block-scaled kernel's fastest form), on one CTA a unit up to FP8_UNIT_GRID_MAX_ROWS rows an
+    expert and on the persistent walk above; else 64 x 128 (FP8_SMALL, a quarter the padding).
+    Measured on an H100, 2026-12-06 (docs/perf/moe.md): DeepSeek-V3's whole layer 192 / 329 /
+    521 TFLOP/s at T = 1024 / 2048 / 4096 against the rule before it's 170 / 237 / 481, and
+    842-880 at T = 16384. No swap-AB decode form yet: decode sizes take FP8_SMALL."""
+    rows = fp8_rows_per_expert(tokens, top_k, num_experts)
+    if rows < FP8_BIG_TILE_ROWS:
+        return FP8_SMALL
+    if rows <= FP8_UNIT_GRID_MAX_ROWS:
+        return replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False)
+    return FP8_PREFILL_SPLIT_SMEM_TMA
 
 
 # ----------------------------------------------------------------------------- checks

@@ -152,7 +152,8 @@ def _fp8_layer(T, E, H, I, seed, form="block"):
     # the prefill default (FP8_PREFILL_SPLIT_SMEM_TMA) off DeepSeek-V3's shapes: H/128 odd
     # (the down's last tile one real half, its second weight-scale block past the tensor in
     # the TMA box), K/128 = 3, 5, 6, 11 (weight scales zero-padded per call), a broadcast
-    # per-tensor scale then padded; >= 128 rows an expert
+    # per-tensor scale then padded; past 256 rows an expert (the persistent walk; 777 x 4 / 16
+    # and DeepSeek-V2-Lite's row take the default on one CTA a unit)
     (1500, 8, 2, 384, 384, "block"),
     (1200, 8, 2, 640, 768, "tensor"),
     (1024, 4, 1, 2048, 1408, "block"),          # DeepSeek-V2-Lite's H and I

@@ -1,13 +1,15 @@
 """The fp8 layer through the op's DEFAULT schedule (schedule=None: fp8_schedule_for), which from
-128 rows an expert is FP8_PREFILL_SPLIT_SMEM_TMA (128 x 256 N-split, block scales through
-shared memory, TMA store), on the shapes the op accepts beyond DeepSeek-V3's: H and I multiples
+32 rows an expert is FP8_PREFILL_SPLIT_SMEM_TMA (128 x 256 N-split, block scales through
+shared memory, TMA store; one CTA a unit up to 256 rows an expert, the persistent walk above),
+on the shapes the op accepts beyond DeepSeek-V3's: H and I multiples
 of 128 but not of 256 (the down's last 256-column tile half real, the gate-up's odd tile
 count), K/128 not a multiple of 4 (the op's zero-padded weight-scale copies, K-major activation
 scales padded to 4), per-tensor and per-expert scales (broadcast, then padded), few experts
-with many rows, T at and just below the threshold. In the interpreter against float64
+with many rows, T just below the small-tile threshold and past the unit grid's. In the interpreter against float64
 (reference_fp8) and bit-identical to the global-scale 128 x 128 FP8_PREFILL."""
 
 import importlib
+from dataclasses import replace
 
 import pytest
 
@@ -27,7 +29,7 @@ def _default(x, w13, w2, s13, s2, ids, weights, k, out=None):
 
 @pytest.mark.parametrize("T,E,k,H,I,form", [
     # H = I = 384: K/128 = 3 for both GEMMs (weight scales padded to 4), the down's second
-    # 256-column tile one real half; T * k / E = 128 exactly: the threshold
+    # 256-column tile one real half; T * k / E = 128
     (256, 4, 2, 384, 384, "block"),
     # I = 640 (I/128 = 5: two scale boxes, the down's weight scales padded to 8), H = 256
     (256, 4, 2, 256, 640, "block"),
@@ -37,9 +39,13 @@ def _default(x, w13, w2, s13, s2, ids, weights, k, out=None):
     # few experts, many rows: _problem routes every token to expert 0 (k = 1 of 1 column),
     # expert 1 empty; 3 m-tiles of one expert and a ragged last one
     (300, 2, 1, 256, 384, "block"),
+    # 300 rows an expert: past FP8_UNIT_GRID_MAX_ROWS, the persistent walk
+    (600, 2, 1, 256, 256, "block"),
 ])
 def test_default_prefill_path_matches_float64_and_the_global_scale_tile(T, E, k, H, I, form):
-    assert M._layer(T, H, I, E, k, None, True).schedule == FP8_PREFILL_SPLIT_SMEM_TMA
+    persistent = T * k / E > M.FP8_UNIT_GRID_MAX_ROWS
+    assert M._layer(T, H, I, E, k, None, True).schedule == replace(FP8_PREFILL_SPLIT_SMEM_TMA,
+                                                                     persistent=persistent)
     x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=T + H + I, form=form)
     out = _default(x, w13, w2, s13, s2, ids, weights, k)
     assert not torch.isnan(out).any(), "a padding row or padding scale reached the output"
@@ -51,7 +57,7 @@ def test_default_prefill_path_matches_float64_and_the_global_scale_tile(T, E, k,
 
 
 def test_just_below_the_threshold_takes_the_small_tile():
-    T, E, k, H, I = 255, 4, 2, 256, 384     # 127.5 rows an expert
+    T, E, k, H, I = 63, 4, 2, 256, 384     # 31.5 rows an expert
     assert M._layer(T, H, I, E, k, None, True).schedule == FP8_SMALL
     x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=3)
     out = _default(x, w13, w2, s13, s2, ids, weights, k)

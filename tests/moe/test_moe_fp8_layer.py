@@ -130,10 +130,17 @@ def test_fp8_layer_from_logits_end_to_end():
 
 def test_fp8_schedule_choice():
     # DeepSeek-V3 prefill: the split 128 x 256 with smem scales and the TMA store (859 against
-    # FP8_PREFILL's 603 TFLOP/s at T = 16384, H100, docs/perf/moe.md)
+    # FP8_PREFILL's 603 TFLOP/s at T = 16384, H100, docs/perf/moe.md), on the persistent walk
+    # from 512 rows an expert, on one CTA a unit at 32 to 256 (T = 1024 .. 8192)
+    grid = replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False)
     assert M.fp8_schedule_for(16384, 8, 256) == FP8_PREFILL_SPLIT_SMEM_TMA
-    assert M.fp8_schedule_for(4096, 8, 256) == FP8_PREFILL_SPLIT_SMEM_TMA
+    assert M.fp8_schedule_for(8193, 8, 256) == FP8_PREFILL_SPLIT_SMEM_TMA
+    assert M.fp8_schedule_for(8192, 8, 256) == grid
+    assert M.fp8_schedule_for(4096, 8, 256) == grid
+    assert M.fp8_schedule_for(1024, 8, 256) == grid
+    assert M.fp8_schedule_for(1023, 8, 256) == FP8_SMALL
     assert M.fp8_schedule_for(16, 8, 256) == FP8_SMALL           # no fp8 decode form yet
+    assert M.fp8_schedule_for(16, 8, 4) == grid                  # 32 rows on each of 4 experts
     assert not M._layer(16, 256, 256, 8, 2, None, True).schedule.swap_ab
 
 
