@@ -1044,6 +1044,11 @@ def fp8_variants() -> dict:
             # over ~140 long gate-up units so the m-tiles of one expert stop sharing weight
             # reads in L2; on both GEMMs, and on the gate-up only
             "split_smem_tma_grid": replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False),
+            # the persistent walk on fewer SMs (DeepGEMM picks the fewest SMs that keep the
+            # waves: less L2 contention and clock drop under fp8 load; the dense kernel's
+            # "128 SMs" variant led at 2 of 5 shapes, docs/perf/fp8.md)
+            "split_smem_tma_sms128": replace(FP8_PREFILL_SPLIT_SMEM_TMA, num_sms=128),
+            "split_smem_tma_sms120": replace(FP8_PREFILL_SPLIT_SMEM_TMA, num_sms=120),
             # the few-rows tile (decode-to-prefill boundary) on one CTA a unit
             "small_grid": replace(FP8_SMALL, persistent=False),
             "split_smem_tma_grid_gateup": (replace(FP8_PREFILL_SPLIT_SMEM_TMA,
