@@ -132,6 +132,13 @@ class TaskSpec:
             f["numel"] = self.dims["rows"] * self.dims["cols"]
         if self.family == "kernel":
             f["int_constexprs"] = sum(1 for _, v in self.constexprs if is_pow2_int(v))
+        if self.family == "moe_fp8":
+            # argus/ops/moe.py's fp8 prefill thresholds (rows an expert), for the cards' `when`
+            import importlib
+
+            moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe: also the op)
+            f["fp8_big_tile_rows"] = moe_ops.FP8_BIG_TILE_ROWS
+            f["fp8_unit_grid_max_rows"] = moe_ops.FP8_UNIT_GRID_MAX_ROWS
         return f
 
     def to_json(self) -> dict[str, Any]:

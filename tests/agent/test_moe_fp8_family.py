@@ -49,15 +49,37 @@ def test_the_space_is_moefp8schedules_declaration():
         assert values and all(declared.legal_of(name).accepts(v) for v in values), name
     assert declared.legal_of("bk").choices == (128,)
     assert not declared.legal_of("swap_ab").searched and not declared.legal_of("split_k").searched
-    assert any("decode_threshold" in n and "fp8_schedule_for" in n
-               for n in FAMILY.constraint_notes(DSV3))
+    assert space["persistent"] == (False, True)
+    # the same-expert pair multicast is not searched: measured slower (its reason says so)
+    assert "pair_multicast" not in space and not declared.legal_of("pair_multicast").searched
+    assert "slower" in declared.legal_of("pair_multicast").rule
+    notes = FAMILY.constraint_notes(DSV3)
+    for code in ("decode_threshold", "unit_grid"):
+        assert any(n.startswith(code) and "fp8_schedule_for" in n for n in notes), code
 
 
-@pytest.mark.parametrize("t,want", [(DSV3, K.FP8_PREFILL_SPLIT_SMEM_TMA), (SMALL, K.FP8_SMALL)],
-                         ids=["prefill", "small"])
-def test_start_point_is_fp8_schedule_for(t, want):
-    d = t.dims
-    assert M.fp8_schedule_for(d["T"], d["top_k"], d["E"]) == want
+GRID = dataclasses.replace(K.FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False)
+
+# fp8_schedule_for at DeepSeek-V3 (E 256, k 8, H 7168, I 2048: T / 32 rows an expert) and at a
+# few experts (Mixtral's E 8, k 2, H 4096, I 14336: T / 4 rows an expert)
+DSV3_DIMS, FEW_DIMS = (256, 8, 7168, 2048), (8, 2, 4096, 14336)
+RULE = [(16, DSV3_DIMS, K.FP8_SMALL), (63, DSV3_DIMS, K.FP8_SMALL),
+        (64, DSV3_DIMS, K.FP8_SMALL), (1023, DSV3_DIMS, K.FP8_SMALL), (1024, DSV3_DIMS, GRID),
+        (4096, DSV3_DIMS, GRID), (8192, DSV3_DIMS, GRID),
+        (8193, DSV3_DIMS, K.FP8_PREFILL_SPLIT_SMEM_TMA),
+        (16384, DSV3_DIMS, K.FP8_PREFILL_SPLIT_SMEM_TMA),
+        (1, FEW_DIMS, K.FP8_SMALL), (127, FEW_DIMS, K.FP8_SMALL), (128, FEW_DIMS, GRID),
+        (1024, FEW_DIMS, GRID), (1025, FEW_DIMS, K.FP8_PREFILL_SPLIT_SMEM_TMA)]
+
+
+@pytest.mark.parametrize("T,dims,want", RULE, ids=[f"T{T}-E{d[0]}" for T, d, _ in RULE])
+def test_start_point_is_fp8_schedule_for(T, dims, want):
+    """The start is argus.ops.moe.fp8_schedule_for's schedule at every size (the 64 x 128 tile
+    below FP8_BIG_TILE_ROWS rows an expert, the split 128 x 256 on one CTA a unit up to
+    FP8_UNIT_GRID_MAX_ROWS, the persistent walk above), and it draws no warning."""
+    E, k, H, I = dims
+    t = moe_fp8_task(T, H, I, E, k)
+    assert M.fp8_schedule_for(T, k, E) == want
     assert schedule_of(t, FAMILY.default_params(t)) == want
     assert params_of(want) == FAMILY.default_params(t)
     for p in (FAMILY.default_params(t), FAMILY.naive_params(t)):
@@ -65,11 +87,52 @@ def test_start_point_is_fp8_schedule_for(t, want):
     assert not [d for d in FAMILY.static_check(t, FAMILY.default_params(t))], "start warns"
 
 
+def test_the_rule_is_read_from_argus_ops_moe(monkeypatch):
+    """The family copies no threshold: moving argus/ops/moe.py's moves its start, its facts and
+    the promotion card's applicability."""
+    from argus.agent.knowledge import load_cards
+
+    t = moe_fp8_task(1024, 7168, 2048, 256, 8)          # 32 rows an expert
+    promotion = {c.id: c for c in load_cards()}["moe_fp8.promotion"]
+    assert FAMILY.facts(t)["big_tile_rows"] == M.FP8_BIG_TILE_ROWS
+    assert FAMILY.facts(t)["unit_grid_max_rows"] == M.FP8_UNIT_GRID_MAX_ROWS
+    assert promotion.applies(t.features())
+    monkeypatch.setattr(M, "FP8_BIG_TILE_ROWS", 64)
+    assert FAMILY.default_params(t) == params_of(K.FP8_SMALL)
+    assert not promotion.applies(t.features())
+    monkeypatch.setattr(M, "FP8_UNIT_GRID_MAX_ROWS", 16)
+    big = moe_fp8_task(4096, 7168, 2048, 256, 8)        # 128 rows an expert
+    assert FAMILY.default_params(big) == params_of(K.FP8_PREFILL_SPLIT_SMEM_TMA)
+
+
 def test_the_tile_threshold_is_a_warning():
     p = {**FAMILY.default_params(SMALL), "bm": 128, "bn": 128, "stages": 6}
     found = FAMILY.static_check(SMALL, p)
     assert [d.code for d in found] == ["decode_threshold"] and found[0].severity == "warning"
-    assert "bm=64" in found[0].fix
+    assert "bm=64" in found[0].fix and "fp8_schedule_for" in found[0].fix
+    # 32 rows an expert (FP8_BIG_TILE_ROWS) takes the 128-row tile: 64 rows warn there
+    t = moe_fp8_task(1024, 7168, 2048, 256, 8)
+    p = {**FAMILY.default_params(t), "bm": 64, "bn": 128, "n_split": 1, "stages": 8,
+         "smem_scales": False, "epilogue": "direct", "persistent": False}
+    found = FAMILY.static_check(t, p)
+    assert [d.code for d in found] == ["decode_threshold"], found
+    assert "bm=128" in found[0].fix and "FP8_BIG_TILE_ROWS" in found[0].message
+
+
+@pytest.mark.parametrize("T,want", [(16, True), (1024, False), (8192, False), (8193, True),
+                                    (16384, True)])
+def test_the_grid_rule_is_a_warning(T, want):
+    """persistent against fp8_schedule_for's: the unit grid from FP8_BIG_TILE_ROWS up to
+    FP8_UNIT_GRID_MAX_ROWS rows an expert, the walk elsewhere; the other is a warning that
+    names the rule and the fix, never an error."""
+    t = moe_fp8_task(T, 7168, 2048, 256, 8)
+    start = FAMILY.default_params(t)
+    assert start["persistent"] is want
+    found = FAMILY.static_check(t, {**start, "persistent": not want})
+    assert [d.code for d in found] == ["unit_grid"] and found[0].severity == "warning"
+    assert f"use persistent={want}" in found[0].fix
+    assert "argus/ops/moe.py fp8_schedule_for" in found[0].fix
+    assert "FP8_UNIT_GRID_MAX_ROWS" in found[0].message
 
 
 @pytest.mark.parametrize("kw,code,words", [
@@ -180,8 +243,9 @@ def test_legal_samples_render_and_lower(tmp_path):
 
 
 def test_the_cards_apply_where_fp8_schedule_for_takes_their_tiles():
-    """The promotion card (the split 128 x 256 and its scale paths) applies from 128 rows an
-    expert on average, fp8_schedule_for's threshold; the tile card everywhere."""
+    """The promotion card (the split 128 x 256 and its scale paths) applies from
+    FP8_BIG_TILE_ROWS (32) rows an expert on average, fp8_schedule_for's threshold; the tile
+    card (which also searches persistent) everywhere."""
     from argus.agent.knowledge import load_cards
 
     cards = {c.id: c for c in load_cards() if "moe_fp8" in c.families}
@@ -190,6 +254,11 @@ def test_the_cards_apply_where_fp8_schedule_for_takes_their_tiles():
     assert tile.applies(DSV3.features()) and tile.applies(SMALL.features())
     edge = moe_fp8_task(32, 7168, 2048, 256, 8)        # 256 entries on 256 experts: 1 row each
     assert not promotion.applies(edge.features())
+    for T, E in ((1024, 256), (16, 4)):                 # 32 rows an expert: the split's start
+        assert promotion.applies(moe_fp8_task(T, 7168, 2048, E, 8).features()), (T, E)
+    for T, E in ((1023, 256), (15, 4)):
+        assert not promotion.applies(moe_fp8_task(T, 7168, 2048, E, 8).features()), (T, E)
+    assert "persistent" in tile.edit.search
 
 
 def test_shared_memory_comes_from_lowering_both_grouped_gemms():

@@ -271,21 +271,38 @@ MOE_FP8 = dict(
     smem_scales=legal((False, True), rule="argus/kernels/gemm_fp8.py SharedBlockScales"),
     swap_ab=fixed("no swap-AB fp8 form (MoeFp8Schedule._problems)"),
     split_k=fixed("no K split in the fp8 grouped GEMM (MoeFp8Schedule._problems)"),
+    pair_multicast=fixed("not searched: measured slower than the unit grid at DeepSeek-V3 T = "
+                         "4096 (477 against 503 TFLOP/s) and than the persistent walk at 16384 "
+                         "(833 against 865; H100, 2026-12-06, docs/perf/moe.md)"),
 )
 
 MOE_FP8_CONSTRAINTS = (
     # replaces MoeSchedule's decode_threshold (the same code: the most derived wins): the fp8
-    # path has no swap-AB decode form, its small-size rule is the tile's rows
-    Constraint("decode_threshold", lambda s, f: (s["bm"] >= f["big_tile_rows"])
-               == (f["rows_per_expert"] >= f["big_tile_rows"]),
+    # path has no swap-AB decode form, its small-size rule is the tile's rows. The facts are
+    # argus/ops/moe.py's own (families/moe_fp8.py _rule: FP8_BIG_TILE_ROWS,
+    # FP8_UNIT_GRID_MAX_ROWS and fp8_schedule_for's choice at the task), never copies
+    Constraint("decode_threshold", lambda s, f: s["bm"] == f["rule_bm"],
                lambda s, f: (f"bm={s['bm']} at {f['rows_per_expert']:.0f} rows an expert on "
-                             f"average: argus.ops.moe.fp8_schedule_for takes "
-                             f"{f['big_tile_rows']}-row tiles from {f['big_tile_rows']} rows "
-                             "an expert and 64-row tiles (half the padding) below (the fp8 "
+                             f"average: argus/ops/moe.py fp8_schedule_for takes "
+                             f"{f['big_tile_bm']}-row tiles (the 128 x 256 split) from "
+                             f"{f['big_tile_rows']} rows an expert (FP8_BIG_TILE_ROWS) and "
+                             f"{f['small_tile_bm']}-row tiles (less padding) below (the fp8 "
                              "path has no swap-AB decode form)"),
-               lambda s, f: ("use bm=128" if f["rows_per_expert"] >= f["big_tile_rows"]
-                             else "use bm=64"),
-               "argus/ops/moe.py fp8_schedule_for", reads=("bm",), severity="warning"),
+               lambda s, f: f"use bm={f['rule_bm']} (fp8_schedule_for's tile here)",
+               "argus/ops/moe.py fp8_schedule_for (FP8_BIG_TILE_ROWS)", reads=("bm",),
+               severity="warning"),
+    Constraint("unit_grid", lambda s, f: s["persistent"] == f["rule_persistent"],
+               lambda s, f: (f"persistent={s['persistent']} at {f['rows_per_expert']:.0f} rows "
+                             f"an expert on average: argus/ops/moe.py fp8_schedule_for runs one "
+                             f"CTA a unit (persistent=False) from {f['big_tile_rows']} up to "
+                             f"{f['unit_grid_max_rows']} rows an expert (FP8_BIG_TILE_ROWS, "
+                             "FP8_UNIT_GRID_MAX_ROWS: the grid's L2 locality measured faster) "
+                             "and the persistent walk otherwise (the CTA start paid once over "
+                             "many units)"),
+               lambda s, f: f"use persistent={f['rule_persistent']} (fp8_schedule_for's grid "
+                            "here)",
+               "argus/ops/moe.py fp8_schedule_for (FP8_BIG_TILE_ROWS, FP8_UNIT_GRID_MAX_ROWS)",
+               reads=("persistent",), severity="warning"),
 )
 
 

@@ -8,9 +8,13 @@ Action space (flat parameters, one MoeFp8Schedule): the tile (bm = 64 per consum
 bn), ring stages, the epilogue (registers, or stmatrix + TMA store), CTA pairs sharing the
 weight tile (cluster_m), the promotion form (the serial early-release loop; `overlap`: two
 partials in turns; `late_release`: the stage released after the promotion's FFMAs; `n_split`
-= 2: each K block's wgmma as two bn / 2 halves, the 128 x 256 tile's register plan) and
-`smem_scales` (the block scales through shared memory beside the operand tiles). bk is fixed
-at 128 e4m3 (one 128-deep scale block a stage); there is no swap-AB decode form and no K split.
+= 2: each K block's wgmma as two bn / 2 halves, the 128 x 256 tile's register plan),
+`smem_scales` (the block scales through shared memory beside the operand tiles) and
+`persistent` (the persistent walk, or one CTA a unit: argus/kernels/moe.py unit_programs). bk is
+fixed at 128 e4m3 (one 128-deep scale block a stage); there is no swap-AB decode form and no K
+split. `pair_multicast` (same-expert CTA pairs sharing the weight tile) is not searched: measured
+slower than the unit grid at DeepSeek-V3 T = 4096 (477 against 503 TFLOP/s) and than the walk at
+16384 (833 against 865; H100, 2026-12-06; declared.py MOE_FP8).
 
 Legality is declared, not written as family rules: MoeFp8Schedule's ranges (families/declared.py
 MOE_FP8, over MoeSchedule's and the warp-specialized skeleton's it inherits) read by the generic
@@ -20,9 +24,12 @@ early-release or split loop and no clusters; code schedule_fields), argus.ops.mo
 the task's shapes (H and I multiples of 128, the gate-up's halves inside one 128-row weight-scale
 block: gate_up_fits; code fp8_layer), and the lowering of both grouped GEMMs, whose shared-memory
 plan (the ring, the scale stages, the TMA-store staging) is the compiler's (code smem).
-argus.ops.moe.fp8_schedule_for's tile threshold (128-row tiles from 128 rows an expert on
-average, 64-row below: the fp8 path's "decode" rule, as it has no swap-AB form) is a declared
-warning.
+argus.ops.moe.fp8_schedule_for's prefill rule is two declared warnings, its thresholds read from
+argus/ops/moe.py (`_rule`; no copies here): the tile (decode_threshold: the 128 x 256 split from
+FP8_BIG_TILE_ROWS rows an expert on average, 64-row tiles below, the fp8 path's "decode" rule as
+it has no swap-AB form) and the grid (unit_grid: one CTA a unit from FP8_BIG_TILE_ROWS up to
+FP8_UNIT_GRID_MAX_ROWS rows an expert, the persistent walk otherwise). The start point is
+fp8_schedule_for's schedule itself.
 
 Cost model (an estimate, calibrated): each grouped GEMM by the GEMM cost model
 (cost_model.gemm_estimate at the fp8 tensor rate: a 128-deep e4m3 K step moves the bytes of a
@@ -61,7 +68,7 @@ from argus.errors import Diagnostic
 # the parameters: MoeFp8Schedule's fields a tuner chooses (consumers and the register split
 # follow from bm)
 FIELDS = ("bm", "bn", "stages", "epilogue", "cluster_m", "overlap", "late_release", "n_split",
-          "smem_scales")
+          "smem_scales", "persistent")
 
 
 def _fp8_schedule() -> type:
@@ -83,7 +90,7 @@ SCHEDULE = Part(_fp8_schedule, exposed=FIELDS,
                         ("stages", (2, 3, 4, 5, 6, 8)), ("epilogue", ("direct", "tma")),
                         ("cluster_m", (1, 2)), ("overlap", (False, True)),
                         ("late_release", (False, True)), ("n_split", (1, 2)),
-                        ("smem_scales", (False, True))),
+                        ("smem_scales", (False, True)), ("persistent", (False, True))),
                 derive=_fields)
 
 
@@ -97,16 +104,23 @@ def params_of(schedule) -> dict[str, Any]:
     return {name: getattr(schedule, name) for name in FIELDS}
 
 
-def _big_tile_rows() -> int:
-    """The rows an expert needs on average before fp8_schedule_for takes its 128-row tile."""
-    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
+def _rule(d: dict[str, int]) -> dict[str, Any]:
+    """argus.ops.moe's fp8 prefill rule at these shapes, read from argus/ops/moe.py (the one
+    source of its thresholds): the rows an expert gets on average (fp8_rows_per_expert), the
+    thresholds FP8_BIG_TILE_ROWS and FP8_UNIT_GRID_MAX_ROWS, and fp8_schedule_for's bm and
+    persistent there; the tiles' rows (FP8_PREFILL_SPLIT_SMEM_TMA's, FP8_SMALL's) for the
+    warnings' text."""
+    import importlib
 
-    return FP8_PREFILL_SPLIT_SMEM_TMA.bm
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL
 
-
-def _rows_per_expert(d: dict[str, int]) -> float:
-    entries = d["T"] * d["top_k"]
-    return entries / max(1, min(d["E"], entries))
+    moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe is also the op)
+    chosen = moe_ops.fp8_schedule_for(d["T"], d["top_k"], d["E"])
+    return {"rows_per_expert": moe_ops.fp8_rows_per_expert(d["T"], d["top_k"], d["E"]),
+            "big_tile_rows": moe_ops.FP8_BIG_TILE_ROWS,
+            "unit_grid_max_rows": moe_ops.FP8_UNIT_GRID_MAX_ROWS,
+            "big_tile_bm": FP8_PREFILL_SPLIT_SMEM_TMA.bm, "small_tile_bm": FP8_SMALL.bm,
+            "rule_bm": chosen.bm, "rule_persistent": chosen.persistent}
 
 
 # --------------------------------------------------------------------------- the calibration
@@ -219,9 +233,8 @@ class MoeFp8Family(ScheduleFamily):
     # -- the schedule space -------------------------------------------------------------------
     def facts(self, task: TaskSpec) -> dict[str, Any]:
         """The shapes, the bf16 outputs (the TMA-store epilogue's rule), the rows an expert
-        gets on average and the tile threshold of fp8_schedule_for."""
-        return {**task.dims, "out_bits": 16, "rows_per_expert": _rows_per_expert(task.dims),
-                "big_tile_rows": _big_tile_rows()}
+        gets on average and fp8_schedule_for's thresholds and choice there (`_rule`)."""
+        return {**task.dims, "out_bits": 16, **_rule(task.dims)}
 
     def default_params(self, task: TaskSpec) -> dict[str, Any]:
         """argus.ops.moe.fp8_schedule_for's choice for these shapes."""
@@ -232,7 +245,8 @@ class MoeFp8Family(ScheduleFamily):
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         return {"bm": 64, "bn": 64, "stages": 2, "epilogue": "direct", "cluster_m": 1,
-                "overlap": False, "late_release": False, "n_split": 1, "smem_scales": False}
+                "overlap": False, "late_release": False, "n_split": 1, "smem_scales": False,
+                "persistent": True}
 
     def build(self, task: TaskSpec, params: dict[str, Any]):
         """Both block-scaled grouped GEMMs with the schedule (the shared-memory-scale kernels
