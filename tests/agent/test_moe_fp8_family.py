@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from argus.agent.families import FAMILIES, get_family
-from argus.agent.families.moe_fp8 import (FIELDS, MEASURED_LAYER_MS, MoeFp8Family,
-                                          moe_fp8_task, params_of, schedule_of)
+from argus.agent.families.moe_fp8 import (FIELDS, GRID_MEASURED_US, MEASURED_LAYER_MS,
+                                          MoeFp8Family, grid_factor, moe_fp8_task, params_of,
+                                          schedule_of)
 from argus.kernels import moe_fp8 as K
 
 FAMILY = get_family("moe_fp8")
@@ -210,6 +211,55 @@ def test_estimate_orders_the_measured_schedules_as_measured():
     assert e() < FAMILY.estimate(DSV3, FAMILY.naive_params(DSV3)).ms
     assert e() < FAMILY.baseline_estimates(DSV3)["torch._grouped_mm (bf16)"].ms
     assert FAMILY.estimate(DSV3, {**FAMILY.default_params(DSV3), "n_split": 1}) is None
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+def test_the_grid_factor_is_fitted_to_the_measured_gemms():
+    """persistent=False multiplies the GEMMs by GRID_MEASURED_US's grid / walk ratio at the
+    walk's units a CTA: the T = 1024..4096 mean (one shared point) and T = 16384's ratio of run
+    means, exactly; between them log-linear (T = 8192), outside the nearest. The walk's factor
+    is 1, so the T = 16384 calibration is untouched."""
+    low = _mean([_mean(g) / _mean(w) for T, (w, g) in GRID_MEASURED_US.items() if T <= 4096])
+    w, g = GRID_MEASURED_US[16384]
+    dims = lambda T: moe_fp8_task(T, 7168, 2048, 256, 8).dims  # noqa: E731
+    for T in (256, 1024, 2048, 4096):
+        assert grid_factor(dims(T), GRID) == pytest.approx(low, rel=1e-12)
+    for T in (16384, 65536):
+        assert grid_factor(dims(T), GRID) == pytest.approx(_mean(g) / _mean(w), rel=1e-12)
+    assert low < grid_factor(dims(8192), GRID) < 1.0 < _mean(g) / _mean(w)
+    assert grid_factor(dims(16384), K.FP8_PREFILL_SPLIT_SMEM_TMA) == 1.0
+    walk = FAMILY.estimate(DSV3, params_of(K.FP8_PREFILL_SPLIT_SMEM_TMA))
+    assert walk.ms == pytest.approx(MEASURED_LAYER_MS[("split", True, "tma")][1], rel=1e-9)
+    assert walk.detail["grid_factor"] == 1.0
+
+
+# the whole DeepSeek-V3 fp8 layer, ms (H100, 2026-12-06, `scripts/gpu_moe_bench.py --fp8`,
+# docs/perf/moe.md): (walk, grid) of the split 128 x 256 and of FP8_SMALL
+LAYER_GRID_MS = {1024: ((4.090, 3.761), (4.244, 4.147)), 2048: ((4.798, 4.388), (6.161, 5.646)),
+                 4096: ((5.678, 5.537), (9.018, 8.029)), 8192: ((8.597, 8.394), (14.999, 13.490)),
+                 16384: ((13.717, 14.670), None)}
+
+
+@pytest.mark.parametrize("T", sorted(LAYER_GRID_MS))
+def test_the_estimate_picks_the_grid_where_it_was_measured_faster(T):
+    """Of each measured pair (the split's walk and grid, FP8_SMALL's), the estimate prefers
+    the one the H100 ran faster: the grid up to 256 rows an expert (T = 8192), the walk at 512
+    (T = 16384), as fp8_schedule_for does; and the T = 16384 grid within 2% of its four runs'
+    mean (14.518 ms)."""
+    t = moe_fp8_task(T, 7168, 2048, 256, 8)
+    for tile, measured in zip((K.FP8_PREFILL_SPLIT_SMEM_TMA, K.FP8_SMALL), LAYER_GRID_MS[T]):
+        if measured is None:
+            continue
+        walk, grid = (FAMILY.estimate(t, params_of(dataclasses.replace(tile, persistent=p))).ms
+                      for p in (True, False))
+        assert (grid < walk) == (measured[1] < measured[0]), (T, tile.bm, walk, grid)
+    if T == 16384:
+        est = FAMILY.estimate(t, params_of(GRID))
+        assert est.ms == pytest.approx(_mean([14.670, 14.332, 14.235, 14.833]), rel=0.02)
+        assert "grid_factor" in est.detail and est.detail["units_per_cta"] > 100
 
 
 @pytest.mark.parametrize("T,E,k,H,I,kw", [

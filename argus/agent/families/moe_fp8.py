@@ -43,9 +43,18 @@ the N-split and smem scales measured"): split_smem_tma 13.441 ms, split_smem 14.
 the 128 x 128 by the H200 run of 2026-12-02 (18.896 against 19.324 ms). Forms not measured take
 the nearest measured one's factor times the measured effect of what differs (the TMA store's
 ratio from the split's pair of the same scale path; late release the serial factor: no MoE
-measurement tells them apart). Off the calibration point the structural model (padding, waves,
-stages, tile) moves the estimate; its ordering of unmeasured points is a model's, not a
-measurement's.
+measurement tells them apart). The structural model is the persistent walk's; one CTA a unit
+(persistent=False) multiplies the GEMMs by a grid factor (`grid_factor`): the grid / walk ratio
+of the split tile's two GEMM kernels measured alone at T = 1024, 2048, 4096 (one point: 0.855)
+and 16384 (1.072; GRID_MEASURED_US), read at the walk's units a CTA (`units_per_cta`, in
+128 x 256 tiles of output), log-linear between, the nearest outside. An estimate fitted to those
+points: it prefers the grid from 32 to 256 rows an expert at DeepSeek-V3 and the walk at 512,
+as fp8_schedule_for does, and each measured layer pair (the split's, FP8_SMALL's, T = 1024 to
+16384) the way the H100 ordered it. Off the calibration point the structural model (padding,
+waves, stages, tile) moves the estimate; its ordering of unmeasured points is a model's, not a
+measurement's (it still puts FP8_SMALL ahead of the split at 32 and 64 rows an expert, which the
+H100 measured the other way: the GEMM model shares B across m-tiles, where each expert streams
+its own weights).
 
 Evaluation: `run` calls argus.ops.moe's expert path with the schedule and the weight scales (the
 interpreter on CPU tensors, the compiled kernels on CUDA ones), checked against
@@ -141,6 +150,21 @@ MEASURED_LAYER_MS = {
 # ours-fp8@overlap 18.896 ms, the default 19.324 ms; docs/perf/moe.md)
 OVERLAP_RATIO = 18.896 / 19.324
 
+# One CTA a unit (persistent=False) against the persistent walk: the two grouped GEMM kernels
+# alone (gate-up + down, us) of the split 128 x 256 smem-scale TMA-store tile at DeepSeek-V3
+# (H100, 2026-12-06, `scripts/gpu_moe_bench.py --fp8`, docs/perf/moe.md): T: (walk runs, grid
+# runs). The grid wins where each CTA of the walk would take few units (the hardware hands the
+# grid's CTAs out in order, so an expert's m-tiles run together and share its weight tiles in
+# L2), the walk where each takes many (its CTA start, barriers and the ring's first fill, paid
+# once over the walk). At T = 1024, 2048 and 4096 every expert has one 128-row m-tile, so the
+# three share one units-a-CTA point.
+GRID_MEASURED_US = {
+    1024: ((3843,), (3448,)),
+    2048: ((4500,), (3853,)),
+    4096: ((5937,), (4819,)),
+    16384: ((11100, 11023, 11465, 11228), (12444, 11736, 11710, 12169)),
+}
+
 
 def _calibration_schedule(key: tuple[str, bool, str]):
     """The schedule the bench ran for a measured form (scripts/gpu_moe_bench.py fp8_variants)."""
@@ -226,6 +250,51 @@ def promotion_factor(key: tuple[str, bool, str]) -> tuple[float, str]:
     return base, "serial x measured TMA-store ratio"
 
 
+def units_per_cta(d: dict[str, int], s) -> float:
+    """The walk's length: both grouped GEMMs' output over routing's padded rows (the structural
+    model's), in units of the measured 128 x 256 tile, over 2 x num_sms CTAs (the mean of the
+    two GEMMs). Counted in output, not in s's own units: a 64 x 128 unit is a quarter, which
+    keeps FP8_SMALL's grid ahead of its walk as measured up to T = 8192 (small_grid 13.490
+    against 14.999 ms, 341 of its own units a CTA)."""
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as ref
+
+    rows = _structural(d, s)[2]
+    return rows * (2 * d["I"] + d["H"]) / (ref.bm * ref.bn) / (2 * s.num_sms)
+
+
+@functools.cache
+def _grid_knots() -> tuple[tuple[float, float], ...]:
+    """(log2 units a CTA, grid / walk) of GRID_MEASURED_US: the mean ratio of the sizes that
+    share a point (T = 1024, 2048, 4096: 0.855), each size's ratio of its runs' means
+    (16384: 1.072)."""
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
+
+    points: dict[float, list[float]] = {}
+    for T, (walk, grid) in GRID_MEASURED_US.items():
+        x = math.log2(units_per_cta({**CALIBRATION, "T": T}, FP8_PREFILL_SPLIT_SMEM_TMA))
+        points.setdefault(x, []).append((sum(grid) / len(grid)) / (sum(walk) / len(walk)))
+    return tuple((x, sum(r) / len(r)) for x, r in sorted(points.items()))
+
+
+def grid_factor(d: dict[str, int], s) -> float:
+    """The GEMMs' time on one CTA a unit over the walk's (1 for the walk): GRID_MEASURED_US's
+    ratios, linear in log2 of units_per_cta between the measured points and the nearest one's
+    outside them. An estimate fitted to four sizes of one tile: it prefers the grid up to 256
+    rows an expert at DeepSeek-V3 (0.855 at 32-128 rows, 0.964 at 256; the layer measured
+    8.394 against 8.597 ms at 256, the GEMMs +3-8%) and the walk at 512 (1.072), as
+    argus/ops/moe.py fp8_schedule_for does."""
+    if s.persistent:
+        return 1.0
+    knots = _grid_knots()
+    x = math.log2(max(units_per_cta(d, s), 1e-9))
+    if x <= knots[0][0]:
+        return knots[0][1]
+    for (x0, r0), (x1, r1) in zip(knots, knots[1:]):
+        if x <= x1:
+            return r0 + (r1 - r0) * (x - x0) / (x1 - x0)
+    return knots[-1][1]
+
+
 class MoeFp8Family(ScheduleFamily):
     name = "moe_fp8"
     parts = (SCHEDULE,)
@@ -296,15 +365,19 @@ class MoeFp8Family(ScheduleFamily):
             return None
         d = task.dims
         gate_up, down, rows, bound = _structural(d, s)
-        factor, source = promotion_factor(form(s))
+        promotion, source = promotion_factor(form(s))
+        grid = grid_factor(d, s)
+        factor = promotion * grid
         glue = _glue_ms(d)
         total = (gate_up + down) * factor + glue
         flops = 2.0 * d["T"] * d["top_k"] * 3 * d["H"] * d["I"]
         return Estimate(total, bound,
                         {"padded_rows": rows, "gate_up_ms": gate_up * factor,
                          "down_ms": down * factor, "glue_ms": glue, "form": "/".join(
-                             map(str, form(s))), "promotion_factor": factor,
-                         "factor_source": source, "tflops": flops / (total * 1e-3) / 1e12})
+                             map(str, form(s))), "promotion_factor": promotion,
+                         "factor_source": source, "grid_factor": grid,
+                         "units_per_cta": units_per_cta(d, s),
+                         "tflops": flops / (total * 1e-3) / 1e12})
 
     def baseline_estimates(self, task: TaskSpec) -> dict[str, Estimate]:
         """torch._grouped_mm in bf16 on the dequantized weights at its rate measured beside the
