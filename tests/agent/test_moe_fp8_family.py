@@ -262,6 +262,23 @@ def test_the_estimate_picks_the_grid_where_it_was_measured_faster(T):
         assert "grid_factor" in est.detail and est.detail["units_per_cta"] > 100
 
 
+@pytest.mark.parametrize("T", sorted(LAYER_GRID_MS))
+def test_the_estimates_best_measured_form_is_the_measured_best(T):
+    """Of the forms measured at each size (the split's walk and grid, FP8_SMALL's walk and
+    grid), the estimate's fastest is the H100's fastest and fp8_schedule_for's choice: the split
+    grid from 32 to 256 rows an expert (the weights read once from HBM bound both tiles at one
+    m-tile an expert, so the 64-row tile's smaller padding buys nothing), the walk at 512."""
+    t = moe_fp8_task(T, 7168, 2048, 256, 8)
+    forms = {}
+    for tile, measured in zip((K.FP8_PREFILL_SPLIT_SMEM_TMA, K.FP8_SMALL), LAYER_GRID_MS[T]):
+        for p, ms in zip((True, False), measured or ()):
+            s = dataclasses.replace(tile, persistent=p)
+            forms[s] = (FAMILY.estimate(t, params_of(s)).ms, ms)
+    best_estimate = min(forms, key=lambda s: forms[s][0])
+    assert best_estimate == min(forms, key=lambda s: forms[s][1])
+    assert best_estimate == M.fp8_schedule_for(T, 8, 256)
+
+
 @pytest.mark.parametrize("T,E,k,H,I,kw", [
     (200, 3, 2, 256, 128, {}),                                       # the split smem TMA start
     (200, 3, 2, 128, 256, dict(bn=128, n_split=1, smem_scales=False, stages=4, overlap=True)),
