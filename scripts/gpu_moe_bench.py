@@ -46,6 +46,11 @@ output is checked against a float64 reference on the same routing (relative Frob
                                                     # the old chain's: docs/perf/moe.md
     ARGUS_VERIFY=0 python scripts/gpu_moe_bench.py --fp8 # DeepSeek-V3 fp8 (block scales),
                                                     # T = 4096 and 16384, ~1 min
+    python scripts/gpu_moe_bench.py --fp8 --tokens 8192 --rounds 3 \
+        --fp8-only split_smem_tma split_smem_tma_grid   # the paths timed in 3 rounds that
+                                                    # alternate and rotate (the first path
+                                                    # measured in a process runs fastest),
+                                                    # median round, spread in the log
 
 Prints one line per measurement, then a markdown table; writes moe.json and moe.md under --out.
 """
@@ -343,12 +348,13 @@ def dense_references(N: int, H: int, I: int, w13, w2, trials: int, allow_few: bo
 
 
 def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exact, trials,
-                         allow_few, row) -> None:
+                         allow_few, row, rounds: int = 3) -> None:
     """--prefill-variants at one prefill shape: ours with the rule's schedule and each pair of
     prefill_variants(), every one checked against float64 and broken down by kernel
-    (profiler), then all timed as whole layers in alternating rounds (L2-flushed CUDA-event
-    medians), after the dense references. Fills row["prefill"]; prefill_table() renders
-    it."""
+    (profiler), then all timed as whole layers in `rounds` alternating rounds (in_rounds;
+    each the median of L2-flushed CUDA-event trials; the median round reported), after the
+    dense references, then broken down again as hot as the timing left the card. Fills
+    row["prefill"]; prefill_table() renders it."""
     import torch
 
     from argus.ops.moe import schedule_for
@@ -389,42 +395,56 @@ def run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exa
     # work (the op's checks and nine launches) then runs while the device still sleeps, so
     # "rule" minus "rule-hidden-host" is what the layer loses to the device waiting on the
     # host after the L2 flush
-    setups = [None] * len(calls)
     if "rule" in calls:
         result[HIDDEN_HOST] = {key: value for key, value in result["rule"].items()
                                if key != "schedules"}
         calls[HIDDEN_HOST] = calls["rule"]
-        setups.append(hide_host)
-    # the whole layers timed in alternating rounds: clock and power drift over the run falls
-    # on every variant alike, not on the last ones
-    for v, ms in zip(calls, alternating_ms(list(calls.values()), 3, trials, allow_few,
-                                           setups)):
-        if ms is None:
-            log(f"{name} T={T} prefill {v}: timing failed")
+    time_prefill_layers(f"{name} T={T} prefill", calls, result, flops, trials, allow_few,
+                        rounds)
+    hot_prefill_breakdowns(f"{name} T={T} prefill", calls, result, trials, rounds)
+
+
+def time_prefill_layers(label, calls, result, flops, trials, allow_few, rounds) -> None:
+    """run_prefill_variants' timing: each of `calls` ({variant: layer call}) as a whole layer
+    in `rounds` rounds that alternate and rotate (in_rounds: clock and power drift over the
+    run falls on every variant alike, not on the last ones), HIDDEN_HOST behind hide_host;
+    the median round's ms and TFLOP/s into result[variant]."""
+    timed = in_rounds([(v, functools.partial(layer_ms, call, trials, allow_few,
+                                             hide_host if v == HIDDEN_HOST else None))
+                       for v, call in calls.items()], rounds)
+    for v, ms in timed.items():
+        if isinstance(ms, Exception):
+            log(f"{label} {v}: timing failed: {type(ms).__name__}: {str(ms)[:200]}")
             continue
-        result[v].update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
-        log(f"{name} T={T} prefill {v}: {ms:.3f} ms {result[v]['tflops']:.0f} TFLOP/s "
-            f"(whole layer)")
-    # every variant's kernels profiled again right after the timing, the card as hot as in
-    # the timed rounds: the 12-03 run's first (cold) breakdown summed to 16.1 ms against an
-    # 18.2-18.8 ms timed layer. Layer ms above this hot sum is time between kernels (host,
-    # launch gaps); a hot sum above the cold one is the kernels running slower when hot
-    # (clocks under sustained power), which no schedule change removes
-    for v, call in calls.items():
-        if "ms" not in result[v] or v == HIDDEN_HOST:   # the rule's kernels again
+        result[v].update(ms=statistics.median(ms), **rounds_entry("rounds_ms", ms))
+        result[v]["tflops"] = flops / (result[v]["ms"] * 1e-3) / 1e12
+        log(f"{label} {v}: {result[v]['ms']:.3f} ms {result[v]['tflops']:.0f} TFLOP/s "
+            f"(whole layer{spread(ms, 'ms')})")
+
+
+def hot_prefill_breakdowns(label, calls, result, trials, rounds) -> None:
+    """run_prefill_variants' second breakdown: each timed variant's kernels (not HIDDEN_HOST's:
+    the rule's again) profiled in `rounds` rounds right after the timing, the card as hot as
+    in the timed rounds; per kernel the median round, gate-up, down and other us and their
+    sum into result[variant]. Why hot: the 12-03 run's first (cold) breakdown summed to
+    16.1 ms against an 18.2-18.8 ms timed layer. Layer ms above this hot sum is time between
+    kernels (host, launch gaps); a hot sum above the cold one is the kernels running slower
+    when hot (clocks under sustained power), which no schedule change removes."""
+    hot = in_rounds([(v, functools.partial(kernel_breakdown, call, reps=max(trials, 10)))
+                     for v, call in calls.items()
+                     if "ms" in result[v] and v != HIDDEN_HOST], rounds)
+    for v, pers in hot.items():
+        if isinstance(pers, Exception):
+            log(f"{label} {v}: hot breakdown failed: {type(pers).__name__}: {str(pers)[:200]}")
             continue
-        try:
-            gate_up, down, other = split_gemm_time(kernel_breakdown(call, reps=max(trials, 10)))
-        except Exception as e:  # noqa: BLE001 - reported, the table shows "-"
-            log(f"{name} T={T} prefill {v}: hot breakdown failed: {type(e).__name__}: "
-                f"{str(e)[:200]}")
-            continue
-        hot = (gate_up + down + other) / 1e3
+        gate_up, down, other = split_gemm_time(median_kernels(pers))
+        sums = [sum(per.values()) / 1e3 for per in pers]
         result[v].update(hot_gate_up_us=gate_up, hot_down_us=down, hot_other_us=other,
-                         hot_kernels_ms=hot)
-        log(f"{name} T={T} prefill {v}: kernels hot {hot:.3f} ms (gate-up {gate_up:.0f} us, "
-            f"down {down:.0f} us, other {other:.0f} us) against the layer's "
-            f"{result[v]['ms']:.3f} ms")
+                         hot_kernels_ms=(gate_up + down + other) / 1e3,
+                         **rounds_entry("hot_rounds_ms", sums))
+        log(f"{label} {v}: kernels hot {result[v]['hot_kernels_ms']:.3f} ms (gate-up "
+            f"{gate_up:.0f} us, down {down:.0f} us, other {other:.0f} us{spread(sums, 'ms')}) "
+            f"against the layer's {result[v]['ms']:.3f} ms")
 
 
 HIDDEN_HOST = "rule-hidden-host"
@@ -442,21 +462,54 @@ def hide_host() -> None:
         torch.cuda._sleep(HIDE_HOST_CYCLES)
 
 
-def alternating_ms(fns, rounds: int, trials: int, allow_few: bool, setups=None) -> list:
-    """Median ms of each of `fns` over `rounds` alternating rounds of `trials` L2-flushed
-    timed calls each (argus.bench.timing.measure_alternating, the rounds' samples pooled;
-    `setups`: one measure setup per function or None); all None when the timing fails (a
-    device fault, surfacing at a synchronize, takes every later measurement of the process
-    with it, whichever function it is charged to)."""
-    from argus.bench.timing import measure_alternating
+def in_rounds(calls, rounds: int) -> dict:
+    """Each (name, fn) of `calls` called once a round for `rounds` rounds that alternate
+    between them and rotate which comes first (round r starts at the r-th call: A B C,
+    B C A, C A B, A B C, ...), so that drift over the run (clocks, heat) falls on every call
+    alike rather than favouring the first: one H100 process measured the same DeepSeek-V3
+    T = 8192 fp8 layer at 7.742 ms as its first path and 8.597 ms as its third. One round
+    is the calls in order. Returns {name: [fn()'s result each round]}, or {name: the
+    exception} for a call that raised: it sits out the later rounds, the rest go on (a
+    device fault fails every later call, whichever it is charged to)."""
+    results: dict = {name: [] for name, _ in calls}
+    for r in range(rounds):
+        start = r % len(calls) if calls else 0
+        for name, fn in calls[start:] + calls[:start]:
+            if isinstance(results[name], list):
+                try:
+                    results[name].append(fn())
+                except Exception as e:  # noqa: BLE001 - handed back to the caller
+                    results[name] = e
+    return results
 
-    try:
-        pooled = measure_alternating(fns, rounds=rounds, trials=trials, warmup=3,
-                                     allow_few_trials=allow_few, setups=setups)
-    except Exception as e:  # noqa: BLE001 - reported as missing times
-        log(f"timing failed: {type(e).__name__}: {str(e)[:200]}")
-        return [None] * len(fns)
-    return [t.median_ms for t in pooled]
+
+def layer_ms(call, trials: int, allow_few: bool = True, setup=None) -> float:
+    """Median ms of `trials` L2-flushed CUDA-event timed calls of `call` (3 warm-up calls;
+    `setup` before each, outside the timing: argus.bench.timing.measure)."""
+    from argus.bench.timing import measure
+
+    return measure(call, trials=trials, warmup=3, allow_few_trials=allow_few,
+                   setup=setup).median_ms
+
+
+def median_kernels(pers: list) -> dict:
+    """Per kernel the median device time over rounds of kernel_breakdown (a kernel missing
+    from a round counts over the rounds it is in), largest first; one round: that round."""
+    keys = {key for per in pers for key in per}
+    out = {key: statistics.median(per[key] for per in pers if key in per) for key in keys}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def spread(values: list, unit: str, fmt: str = ".3f") -> str:
+    """', N rounds LO-HI unit' for a log line; '' for one round (the log as before rounds)."""
+    if len(values) < 2:
+        return ""
+    return f", {len(values)} rounds {min(values):{fmt}}-{max(values):{fmt}} {unit}"
+
+
+def rounds_entry(key: str, values: list) -> dict:
+    """{key: each round's value} for a JSON row; {} for one round (the row as before)."""
+    return {key: list(values)} if len(values) > 1 else {}
 
 
 def prefill_table(rows) -> str:
@@ -788,7 +841,8 @@ def ours_without_replay(*args, **kw):
 
 
 def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=False,
-              breakdown=False, decode_variants=False, prefill_variants_too=False):
+              breakdown=False, decode_variants=False, prefill_variants_too=False,
+              prefill_rounds=3):
     import torch
 
     from argus.bench.timing import graph_replay_us, measure
@@ -914,7 +968,7 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
                     log(f"{name:14s} T={T:6d} rule@{v} FAILED {type(e).__name__}: {e}")
         if prefill_variants_too and T > DECODE_MAX:
             run_prefill_variants(name, T, x, w13, w2, logits, k, routing, bias, ids, exact,
-                                 trials, allow_few, row)
+                                 trials, allow_few, row, prefill_rounds)
         if breakdown:
             try:
                 per = kernel_breakdown(lambda: ours_layer(x, w13, w2, logits, k, routing, bias))
@@ -1082,16 +1136,17 @@ def fp8_variants() -> dict:
 FP8_ONLY: tuple = ()
 
 
-def run_fp8(tokens, trials, rows, with_variants=True):
+def run_fp8(tokens, trials, rows, with_variants=True, rounds: int = 1):
     """DeepSeek-V3 with e4m3 weights and 128x128 block scales: ours fp8 (argus.ops.moe with
     w13_scale / w2_scale), ours bf16 and torch._grouped_mm on the dequantized weights (the
     same function in bf16), the whole layer with routing, in one process; fp8 checked against
     argus.ops.moe.reference_fp8 (float64, the kernels' quantization), the bf16 paths against
     the float64 layer of the dequantized weights. Also ours fp8's GEMM kernels alone
-    (profiler device time) as TFLOP/s."""
+    (profiler device time) as TFLOP/s. Every path is checked once, then timed in `rounds`
+    rounds that alternate and rotate (in_rounds), then broken down likewise; the median round
+    is reported."""
     import torch
 
-    from argus.bench.timing import measure
     from argus.ops import moe
     from argus.ops.moe import reference_fp8
 
@@ -1138,42 +1193,78 @@ def run_fp8(tokens, trials, rows, with_variants=True):
         if with_variants:
             paths += [(f"ours-fp8@{v}", "fp8", functools.partial(ours_fp8, schedule=sch))
                       for v, sch in fp8_variants().items() if not FP8_ONLY or v in FP8_ONLY]
-        for path, kind, fn in paths:
-            try:
-                out = fn(x, logits)
-                torch.cuda.synchronize()
-                err = ((out.double() - exact[kind]).norm() / exact[kind].norm()).item()
-                t = measure(lambda: fn(x, logits), trials=trials, warmup=3,
-                            allow_few_trials=True)
-                row[path] = dict(ms=t.median_ms, rel_err=err, ok=err < 1e-2,
-                                 tflops=flops / (t.median_ms * 1e-3) / 1e12)
-                log(f"{FP8_MODEL} T={T:6d} {path:28s} {t.median_ms:8.3f} ms "
-                    f"{row[path]['tflops']:7.1f} TFLOP/s  rel_err={err:.2e}"
-                    f"{'' if err < 1e-2 else '  WRONG'}")
-            except Exception as e:  # noqa: BLE001 - a failing path is reported, not fatal
-                row[path] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
-                log(f"{FP8_MODEL} T={T:6d} {path:28s} FAILED {row[path]['error']}")
-            torch.cuda.empty_cache()
-        broken_down = [("ours-fp8", ours_fp8)] + [
-            (path, fn) for path, _, fn in paths
-            if FP8_ONLY and path.startswith("ours-fp8@")]
-        for path, fn in broken_down:
-            if "ms" not in row.get(path, {}):
-                continue
-            try:
-                per = kernel_breakdown(lambda: fn(x, logits), reps=5)
-                gemm_us = sum(us for key, us in per.items()
-                              if any(name in key for name in FP8_GEMM_KERNELS))
-                row[f"{path}_kernels_us"] = per
-                row[f"{path}_gemms"] = dict(us=gemm_us, tflops=flops / (gemm_us * 1e-6) / 1e12)
-                log(f"{FP8_MODEL} T={T:6d} {path} GEMMs {gemm_us / 1e3:.3f} ms "
-                    f"{row[f'{path}_gemms']['tflops']:.1f} TFLOP/s; by kernel (us): " +
-                    ", ".join(f"{key.split('(')[0][:40]} {us:.1f}" for key, us in per.items()))
-            except Exception as e:  # noqa: BLE001 - the breakdown is a diagnostic
-                log(f"{FP8_MODEL} T={T:6d} {path} breakdown failed: {type(e).__name__}: {e}")
+        label = f"{FP8_MODEL} T={T:6d}"
+        calls = check_fp8_paths(label, paths, x, logits, exact, row)
+        time_fp8_paths(label, calls, row, flops, trials, rounds)
+        # the GEMM kernels alone: the default's, and with --fp8-only each variant's
+        fp8_breakdowns(label, [(p, call) for p, call in calls if "ms" in row[p] and (
+            p == "ours-fp8" or FP8_ONLY and p.startswith("ours-fp8@"))], row, flops, rounds)
         rows.append(row)
         del x, logits, exact
         torch.cuda.empty_cache()
+
+
+def check_fp8_paths(label, paths, x, logits, exact, row) -> list:
+    """run_fp8's checks, once a path before any timing: each (path, kind, fn) of `paths` called
+    on (x, logits) against exact[kind] (float64); its relative error into row[path], or its
+    failure. Returns the (path, call) that ran, call taking no arguments."""
+    import torch
+
+    calls = []
+    for path, kind, fn in paths:
+        call = functools.partial(fn, x, logits)
+        try:
+            out = call()
+            torch.cuda.synchronize()
+            err = ((out.double() - exact[kind]).norm() / exact[kind].norm()).item()
+            del out
+            row[path] = dict(rel_err=err, ok=err < 1e-2)
+            calls.append((path, call))
+        except Exception as e:  # noqa: BLE001 - a failing path is reported, not fatal
+            row[path] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
+            log(f"{label} {path:28s} FAILED {row[path]['error']}")
+        torch.cuda.empty_cache()
+    return calls
+
+
+def time_fp8_paths(label, calls, row, flops, trials, rounds) -> None:
+    """run_fp8's timing: each checked (path, call) as a whole layer in `rounds` rounds
+    (in_rounds); the median round's ms and TFLOP/s into row[path], one log line a path."""
+    timed = in_rounds([(path, functools.partial(layer_ms, call, trials))
+                       for path, call in calls], rounds)
+    for path, ms in timed.items():
+        if isinstance(ms, Exception):
+            row[path] = dict(error=f"{type(ms).__name__}: {str(ms)[:300]}")
+            log(f"{label} {path:28s} FAILED {row[path]['error']}")
+            continue
+        d = row[path]
+        d.update(ms=statistics.median(ms), **rounds_entry("rounds_ms", ms))
+        d["tflops"] = flops / (d["ms"] * 1e-3) / 1e12
+        log(f"{label} {path:28s} {d['ms']:8.3f} ms {d['tflops']:7.1f} TFLOP/s  "
+            f"rel_err={d['rel_err']:.2e}{'' if d['ok'] else '  WRONG'}{spread(ms, 'ms')}")
+
+
+def fp8_breakdowns(label, calls, row, flops, rounds) -> None:
+    """run_fp8's GEMM kernels alone: each (path, call) profiled in `rounds` rounds
+    (in_rounds, 5 calls each); per kernel the median round into row[path_kernels_us], the
+    fp8 GEMMs' sum (median round) and its TFLOP/s into row[path_gemms]."""
+    profiled = in_rounds([(path, functools.partial(kernel_breakdown, call, reps=5))
+                          for path, call in calls], rounds)
+    for path, pers in profiled.items():
+        if isinstance(pers, Exception):   # the breakdown is a diagnostic
+            log(f"{label} {path} breakdown failed: {type(pers).__name__}: {pers}")
+            continue
+        gemms = [sum(us for key, us in per.items()
+                     if any(name in key for name in FP8_GEMM_KERNELS)) for per in pers]
+        per = median_kernels(pers)
+        gemm_us = statistics.median(gemms)
+        row[f"{path}_kernels_us"] = per
+        row[f"{path}_gemms"] = dict(us=gemm_us, tflops=flops / (gemm_us * 1e-6) / 1e12,
+                                    **rounds_entry("rounds_us", gemms))
+        log(f"{label} {path} GEMMs {gemm_us / 1e3:.3f} ms "
+            f"{row[f'{path}_gemms']['tflops']:.1f} TFLOP/s"
+            f"{spread([us / 1e3 for us in gemms], 'ms')}; by kernel (us): " +
+            ", ".join(f"{key.split('(')[0][:40]} {us:.1f}" for key, us in per.items()))
 
 
 def fp8_table(rows) -> str:
@@ -1346,12 +1437,20 @@ def main() -> None:
                     choices=list(fp8_variants()),
                     help="--fp8: time only these variants beside the default (each with its "
                          "GEMM kernels' device time, as the default)")
+    ap.add_argument("--rounds", type=int, default=None, metavar="N",
+                    help="--fp8 and --prefill-variants: time every path (and its kernel "
+                         "breakdown) in N rounds that alternate between the paths and rotate "
+                         "which comes first, and report the median round (each round's value "
+                         "in the JSON, their spread in the log); default 1 for --fp8, 3 for "
+                         "--prefill-variants")
     ap.add_argument("--routing", action="store_true",
                     help="time the routing alone (argus.ops.moe's route and layout) at "
                          "T = 1, 16, 64, 4096, 16384 (or --tokens) with CUDA events, least "
                          "of 5 rounds (or --trials)")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
+    if args.rounds is not None and args.rounds < 1:
+        ap.error("--rounds takes N >= 1")
     global PREFILL_ONLY
     PREFILL_ONLY = tuple(args.prefill_only)
     global FP8_ONLY
@@ -1368,19 +1467,23 @@ def main() -> None:
         return
     if args.fp8:
         trials = args.trials or 20
+        rounds = args.rounds or 1
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()
         card = torch.cuda.get_device_name()
         log(f"# MoE fp8 bench {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit "
-            f"{commit}, {card}, torch {torch.__version__}, trials {trials}")
+            f"{commit}, {card}, torch {torch.__version__}, trials {trials}"
+            + (f", {rounds} alternating rounds" if rounds > 1 else ""))
         rows: list = []
-        run_fp8(args.tokens or FP8_TOKENS, trials, rows, with_variants=not args.no_variants)
+        run_fp8(args.tokens or FP8_TOKENS, trials, rows, with_variants=not args.no_variants,
+                rounds=rounds)
         md = fp8_table(rows)
         log("\n" + md)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "moe_fp8.json").write_text(json.dumps(dict(commit=commit, card=card,
-                                                          trials=trials, rows=rows), indent=1))
+        (out / "moe_fp8.json").write_text(json.dumps(dict(
+            commit=commit, card=card, trials=trials, rows=rows,
+            **({"rounds": rounds} if rounds > 1 else {})), indent=1))
         (out / "moe_fp8.md").write_text(md + "\n")
         if any(r.get("ours-fp8", {}).get("ok") is False for r in rows):
             log("WRONG RESULTS (ours-fp8)")
@@ -1410,7 +1513,8 @@ def main() -> None:
     for name in args.models:
         run_model(name, tokens, trials, allow_few, copy_bw, rows, args.variants, args.breakdown,
                   decode_variants=args.rule_variants,
-                  prefill_variants_too=args.prefill_variants)
+                  prefill_variants_too=args.prefill_variants,
+                  prefill_rounds=args.rounds or 3)
         torch.cuda.empty_cache()
     md = table(rows) + ("\n" + prefill_table(rows) if args.prefill_variants else "")
     log("\n" + md)
