@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
 from tests.gpu.test_moe_fp8_gpu import _fp8_layer  # noqa: E402
-from tests.gpu.test_moe_skip_pad_halves_gpu import _bits, _routing  # noqa: E402
+from tests.gpu.test_moe_skip_pad_halves_gpu import _bits, _fp8_outs, _routing  # noqa: E402
 
 pytestmark = hopper_only()
 
@@ -40,17 +40,15 @@ def _schedules(variant):
 @pytest.mark.parametrize("seed", [4, 7])
 @pytest.mark.parametrize("variant", ["pair", "pair_gateup", "quantize_out", "skip_pad_halves"])
 def test_pair_multicast_is_bit_identical_on_the_card(variant, seed):
-    from argus.ops import moe
     from argus.ops.moe import reference_fp8
 
     T, E, k, H, I = 1500, 16, 4, 1024, 768
-    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=3)
+    x, _, w13, s13, w2, s2 = layer = _fp8_layer(T, E, H, I, seed=3)
     ids, w = _routing(T, E, k, seed=seed)
     tiles = _m_tiles(ids, E)
     assert 0 in tiles and any(t % 2 for t in tiles), tiles   # zero-row experts, straddles
     paired, base = _schedules(variant)
-    outs = [moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, w13_scale=s13,
-                w2_scale=s2, schedule=s) for s in (base, paired)]
+    outs = _fp8_outs(layer, ids, w, (base, paired))
     assert torch.equal(_bits(outs[0]), _bits(outs[1]))
     ref = reference_fp8(x, w13, w2, s13, s2, ids, w)
     err = ((outs[1].double() - ref).norm() / ref.norm()).item()
@@ -62,14 +60,12 @@ def test_pair_multicast_at_deepseek_v3_width(odd):
     """DeepSeek-V3's H and I (32 of its experts): 56 K blocks in the gate-up, 16 in the
     down; the m-tile count odd or even (the last pair's second CTA without an m-tile)."""
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as D
-    from argus.ops import moe
 
     T, E, k, H, I = 512, 32, 8, 7168, 2048
-    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=5)
+    layer = _fp8_layer(T, E, H, I, seed=5)
     for seed in range(6, 40):
         ids, w = _routing(T, E, k, seed=seed, empty=3)
         if sum(_m_tiles(ids, E)) % 2 == odd:
             break
-    outs = [moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, w13_scale=s13,
-                w2_scale=s2, schedule=s) for s in (D, replace(D, pair_multicast=True))]
+    outs = _fp8_outs(layer, ids, w, (D, replace(D, pair_multicast=True)))
     assert torch.equal(_bits(outs[0]), _bits(outs[1]))

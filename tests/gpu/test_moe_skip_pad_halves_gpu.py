@@ -38,11 +38,52 @@ def _bits(t):
     return t.view(torch.int16)
 
 
+def _bf16_layer(T, E, H, I, seed):
+    """x [T, H] and bf16 weights w13 [E, 2I, H], w2 [E, H, I] (scaled by 1 / sqrt(fan-in))."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
+    w13 = (torch.randn(E, 2 * I, H, generator=g, device="cuda") / H ** 0.5).bfloat16()
+    w2 = (torch.randn(E, H, I, generator=g, device="cuda") / I ** 0.5).bfloat16()
+    return x, w13, w2
+
+
+def _fp8_outs(layer, ids, w, schedules):
+    """The fp8 layer `layer` (_fp8_layer's x, logits, w13, s13, w2, s2) on routing (ids [T, k],
+    weights w) with each of `schedules`, in order."""
+    from argus.ops import moe
+
+    x, _, w13, s13, w2, s2 = layer
+    return [moe(x, w13, w2, None, ids.shape[1], topk_ids=ids, topk_weights=w, w13_scale=s13,
+                w2_scale=s2, schedule=s) for s in schedules]
+
+
+def _replay_matches(schedule, reference):
+    """Asserts that an fp8 layer captured once in a CUDA graph with `schedule` and replayed with
+    other routing copied into the captured ids and weights (none empty, then five experts
+    without rows) equals `reference` run eagerly on the same routing, bit for bit: whatever
+    the schedule reads of the routing comes from the device at each replay."""
+    T, E, k, H, I = 1024, 16, 4, 1024, 512
+    layer = _fp8_layer(T, E, H, I, seed=9)
+    ids, w = _routing(T, E, k, seed=10)
+    _fp8_outs(layer, ids, w, [schedule])
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (out,) = _fp8_outs(layer, ids, w, [schedule])
+    for seed, empty in ((11, 0), (12, 5)):
+        new_ids, new_w = _routing(T, E, k, seed=seed, empty=empty)
+        ids.copy_(new_ids)
+        w.copy_(new_w)
+        graph.replay()
+        torch.cuda.synchronize()
+        (eager,) = _fp8_outs(layer, ids, w, [reference])
+        assert torch.equal(_bits(out), _bits(eager))
+
+
 @pytest.mark.parametrize("variant", ["split_smem_tma", "split_smem_tma_rsqrt",
                                      "split_smem_tma_fusedq"])
 def test_fp8_skip_is_bit_identical_on_the_card(variant):
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
-    from argus.ops import moe
     from argus.ops.moe import reference_fp8
 
     base = {"split_smem_tma": FP8_PREFILL_SPLIT_SMEM_TMA,
@@ -50,13 +91,11 @@ def test_fp8_skip_is_bit_identical_on_the_card(variant):
             "split_smem_tma_fusedq": replace(FP8_PREFILL_SPLIT_SMEM_TMA,
                                              quantize_out=True)}[variant]
     T, E, k, H, I = 1500, 16, 4, 1024, 768
-    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=3)
+    x, _, w13, s13, w2, s2 = layer = _fp8_layer(T, E, H, I, seed=3)
     ids, w = _routing(T, E, k, seed=4)
     tails = _tails(ids, E)
     assert any(0 < t <= 64 for t in tails) and any(t > 64 for t in tails), tails
-    outs = [moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, w13_scale=s13,
-                w2_scale=s2, schedule=s)
-            for s in (base, replace(base, skip_pad_halves=True))]
+    outs = _fp8_outs(layer, ids, w, (base, replace(base, skip_pad_halves=True)))
     assert torch.equal(_bits(outs[0]), _bits(outs[1]))
     ref = reference_fp8(x, w13, w2, s13, s2, ids, w)
     err = ((outs[1].double() - ref).norm() / ref.norm()).item()
@@ -67,15 +106,12 @@ def test_fp8_skip_at_deepseek_v3_width():
     """DeepSeek-V3's H and I (32 of its experts): 56 K blocks in the gate-up, 16 in the
     down, so a skipped warpgroup releases many stages per unit."""
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
-    from argus.ops import moe
 
     T, E, k, H, I = 512, 32, 8, 7168, 2048
-    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=5)
+    layer = _fp8_layer(T, E, H, I, seed=5)
     ids, w = _routing(T, E, k, seed=6, empty=3)
-    outs = [moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, w13_scale=s13,
-                w2_scale=s2, schedule=s)
-            for s in (FP8_PREFILL_SPLIT_SMEM_TMA,
-                      replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True))]
+    outs = _fp8_outs(layer, ids, w, (FP8_PREFILL_SPLIT_SMEM_TMA,
+                                     replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True)))
     assert torch.equal(_bits(outs[0]), _bits(outs[1]))
 
 
@@ -87,10 +123,7 @@ def test_bf16_skip_is_bit_identical_on_the_card(cluster):
 
     base = PREFILL_TMA_CLUSTER if cluster else PREFILL_TMA
     T, E, k, H, I = 1500, 16, 4, 1024, 768
-    g = torch.Generator(device="cuda").manual_seed(7)
-    x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
-    w13 = (torch.randn(E, 2 * I, H, generator=g, device="cuda") / H ** 0.5).bfloat16()
-    w2 = (torch.randn(E, H, I, generator=g, device="cuda") / I ** 0.5).bfloat16()
+    x, w13, w2 = _bf16_layer(T, E, H, I, seed=7)
     ids, w = _routing(T, E, k, seed=8)
     # some expert's last unit leaves its last 64-row warpgroup all padding: a skip happens
     tails = _tails(ids, E, base.pad)
@@ -107,24 +140,6 @@ def test_fp8_skip_under_graph_replay_sees_new_routing():
     from the layout kernel on the device (nothing read on the host), and the result equals
     the schedule without the skip run eagerly on the same routing."""
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
-    from argus.ops import moe
 
-    skip = replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True)
-    T, E, k, H, I = 1024, 16, 4, 1024, 512
-    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=9)
-    ids, w = _routing(T, E, k, seed=10)
-    kw = dict(w13_scale=s13, w2_scale=s2)
-    moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, schedule=skip, **kw)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, schedule=skip, **kw)
-    for seed, empty in ((11, 0), (12, 5)):
-        new_ids, new_w = _routing(T, E, k, seed=seed, empty=empty)
-        ids.copy_(new_ids)
-        w.copy_(new_w)
-        graph.replay()
-        torch.cuda.synchronize()
-        eager = moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w,
-                    schedule=FP8_PREFILL_SPLIT_SMEM_TMA, **kw)
-        assert torch.equal(_bits(out), _bits(eager))
+    _replay_matches(replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True),
+                    FP8_PREFILL_SPLIT_SMEM_TMA)

@@ -15,7 +15,13 @@ torch = pytest.importorskip("torch")
 
 from tests.gpu import hopper_only  # noqa: E402
 from tests.gpu.test_moe_fp8_gpu import _fp8_layer  # noqa: E402
-from tests.gpu.test_moe_skip_pad_halves_gpu import _bits, _routing  # noqa: E402
+from tests.gpu.test_moe_skip_pad_halves_gpu import (  # noqa: E402
+    _bf16_layer,
+    _bits,
+    _fp8_outs,
+    _replay_matches,
+    _routing,
+)
 
 pytestmark = hopper_only()
 
@@ -28,7 +34,6 @@ def _grid(s):
                                      "split_tma_cluster"])
 def test_fp8_unit_grid_is_bit_identical_on_the_card(variant):
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA, FP8_PREFILL_SPLIT_TMA
-    from argus.ops import moe
     from argus.ops.moe import reference_fp8
 
     base = {"split_smem_tma": (FP8_PREFILL_SPLIT_SMEM_TMA,) * 2,
@@ -37,10 +42,9 @@ def test_fp8_unit_grid_is_bit_identical_on_the_card(variant):
     unit = (_grid(base[0]), base[1]) if variant.endswith("gateup") else \
         (_grid(base[0]), _grid(base[1]))
     T, E, k, H, I = 1500, 16, 4, 1024, 768
-    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=3)
+    x, _, w13, s13, w2, s2 = layer = _fp8_layer(T, E, H, I, seed=3)
     ids, w = _routing(T, E, k, seed=4)
-    outs = [moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, w13_scale=s13,
-                w2_scale=s2, schedule=s) for s in (base, unit)]
+    outs = _fp8_outs(layer, ids, w, (base, unit))
     assert torch.equal(_bits(outs[0]), _bits(outs[1]))
     ref = reference_fp8(x, w13, w2, s13, s2, ids, w)
     err = ((outs[1].double() - ref).norm() / ref.norm()).item()
@@ -51,14 +55,12 @@ def test_fp8_unit_grid_at_deepseek_v3_width():
     """DeepSeek-V3's H and I (32 of its experts, 3 of them without rows): 56 K blocks in the
     gate-up, 16 in the down, a grid of several waves."""
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
-    from argus.ops import moe
 
     T, E, k, H, I = 2048, 32, 8, 7168, 2048
-    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=5)
+    layer = _fp8_layer(T, E, H, I, seed=5)
     ids, w = _routing(T, E, k, seed=6, empty=3)
-    outs = [moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, w13_scale=s13,
-                w2_scale=s2, schedule=s)
-            for s in (FP8_PREFILL_SPLIT_SMEM_TMA, _grid(FP8_PREFILL_SPLIT_SMEM_TMA))]
+    outs = _fp8_outs(layer, ids, w, (FP8_PREFILL_SPLIT_SMEM_TMA,
+                                     _grid(FP8_PREFILL_SPLIT_SMEM_TMA)))
     assert torch.equal(_bits(outs[0]), _bits(outs[1]))
 
 
@@ -70,10 +72,7 @@ def test_bf16_unit_grid_is_bit_identical_on_the_card(cluster):
 
     base = PREFILL_TMA_CLUSTER if cluster else PREFILL_TMA
     T, E, k, H, I = 1500, 16, 4, 1024, 768
-    g = torch.Generator(device="cuda").manual_seed(7)
-    x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
-    w13 = (torch.randn(E, 2 * I, H, generator=g, device="cuda") / H ** 0.5).bfloat16()
-    w2 = (torch.randn(E, H, I, generator=g, device="cuda") / I ** 0.5).bfloat16()
+    x, w13, w2 = _bf16_layer(T, E, H, I, seed=7)
     ids, w = _routing(T, E, k, seed=8)
     outs = [moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, schedule=s)
             for s in (base, _grid(base))]
@@ -88,24 +87,5 @@ def test_fp8_unit_grid_under_graph_replay_sees_new_routing():
     walks come from the device's count, and the result equals the persistent schedule run
     eagerly on the same routing."""
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
-    from argus.ops import moe
 
-    unit = _grid(FP8_PREFILL_SPLIT_SMEM_TMA)
-    T, E, k, H, I = 1024, 16, 4, 1024, 512
-    x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=9)
-    ids, w = _routing(T, E, k, seed=10)
-    kw = dict(w13_scale=s13, w2_scale=s2)
-    moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, schedule=unit, **kw)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w, schedule=unit, **kw)
-    for seed, empty in ((11, 0), (12, 5)):
-        new_ids, new_w = _routing(T, E, k, seed=seed, empty=empty)
-        ids.copy_(new_ids)
-        w.copy_(new_w)
-        graph.replay()
-        torch.cuda.synchronize()
-        eager = moe(x, w13, w2, None, k, topk_ids=ids, topk_weights=w,
-                    schedule=FP8_PREFILL_SPLIT_SMEM_TMA, **kw)
-        assert torch.equal(_bits(out), _bits(eager))
+    _replay_matches(_grid(FP8_PREFILL_SPLIT_SMEM_TMA), FP8_PREFILL_SPLIT_SMEM_TMA)
