@@ -97,6 +97,23 @@ def _skipped_rows(tile_rows: torch.Tensor, tiles: int, s: MoeSchedule) -> torch.
     return skipped
 
 
+def _experts(x, ids, weights, layer, ws, fp8: bool, seed: int):
+    """(out, exact): the layer's experts in the interpreter into workspace `ws`, and their
+    float64 reference, with fp8 weights (_fp8_weights: block scales) or bf16 ones, from
+    `seed`."""
+    E, H, I = layer.experts, layer.hidden, layer.inter
+    if fp8:
+        w13, w2, s13, s2 = _fp8_weights(E, H, I, seed)
+        out = M.experts(x, w13, w2, ids, weights, layer, interpret=True, ws=ws,
+                        scales=(s13, s2))
+        return out, M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
+    g = torch.Generator().manual_seed(seed + 2)
+    w13 = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).bfloat16()
+    w2 = (torch.randn(E, H, I, generator=g) / I ** 0.5).bfloat16()
+    out = M.experts(x, w13, w2, ids, weights, layer, interpret=True, ws=ws)
+    return out, M.reference(x, w13, w2, ids, weights)
+
+
 def _layer(s, fp8: bool, seed: int = 5, counts=COUNTS, k: int = 2):
     """(out, ws) of the layer in the interpreter, y (and the bf16 h) filled with SENTINEL
     first."""
@@ -109,17 +126,7 @@ def _layer(s, fp8: bool, seed: int = 5, counts=COUNTS, k: int = 2):
     for name in ("y", "h"):
         if name in ws:
             ws[name].fill_(SENTINEL)
-    if fp8:
-        w13, w2, s13, s2 = _fp8_weights(E, H, I, seed)
-        out = M.experts(x, w13, w2, ids, weights, layer, interpret=True, ws=ws,
-                        scales=(s13, s2))
-        exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
-    else:
-        g = torch.Generator().manual_seed(seed + 2)
-        w13 = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).bfloat16()
-        w2 = (torch.randn(E, H, I, generator=g) / I ** 0.5).bfloat16()
-        out = M.experts(x, w13, w2, ids, weights, layer, interpret=True, ws=ws)
-        exact = M.reference(x, w13, w2, ids, weights)
+    out, exact = _experts(x, ids, weights, layer, ws, fp8, seed)
     return out, ws, exact
 
 

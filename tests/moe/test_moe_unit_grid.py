@@ -27,8 +27,8 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_PREFILL_SPLIT
 from argus.runtime import nvrtc_available
 from argus.runtime.interp import grid_extents
 
-from tests.moe.test_moe_fp8_layer import _fp8_weights, _rel
-from tests.moe.test_moe_skip_pad_halves import _routing
+from tests.moe.test_moe_fp8_layer import _rel
+from tests.moe.test_moe_skip_pad_halves import _experts, _routing
 
 M = importlib.import_module("argus.ops.moe")
 
@@ -55,17 +55,7 @@ def _layer(gate_up: MoeSchedule, down: MoeSchedule, fp8: bool, counts=COUNTS, se
     for name in ("y", "h", "hq", "hs"):
         if name in ws:
             ws[name].view(BITS[ws[name].dtype]).fill_(7)
-    if fp8:
-        w13, w2, s13, s2 = _fp8_weights(E, H, I, seed)
-        out = M.experts(x, w13, w2, ids, weights, layer, interpret=True, ws=ws,
-                        scales=(s13, s2))
-        exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
-    else:
-        g = torch.Generator().manual_seed(seed + 2)
-        w13 = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).bfloat16()
-        w2 = (torch.randn(E, H, I, generator=g) / I ** 0.5).bfloat16()
-        out = M.experts(x, w13, w2, ids, weights, layer, interpret=True, ws=ws)
-        exact = M.reference(x, w13, w2, ids, weights)
+    out, exact = _experts(x, ids, weights, layer, ws, fp8, seed)
     return out, ws, exact
 
 
