@@ -1103,6 +1103,9 @@ def fp8_variants() -> dict:
             # "128 SMs" variant led at 2 of 5 shapes, docs/perf/fp8.md)
             "split_smem_tma_sms128": replace(FP8_PREFILL_SPLIT_SMEM_TMA, num_sms=128),
             "split_smem_tma_sms120": replace(FP8_PREFILL_SPLIT_SMEM_TMA, num_sms=120),
+            # the fused quantize (quantize_out) on the unit grid, the rule's form to 256 rows
+            "split_smem_tma_grid_fusedq": replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False,
+                                                  quantize_out=True),
             # the few-rows tile (decode-to-prefill boundary) on one CTA a unit
             "small_grid": replace(FP8_SMALL, persistent=False),
             "split_smem_tma_grid_gateup": (replace(FP8_PREFILL_SPLIT_SMEM_TMA,
