@@ -250,12 +250,13 @@ def schedule_for(tokens: int, top_k: int, num_experts: int, hidden: int = 0) -> 
 # rows an expert (T = 1024: 176 against 170 TFLOP/s persistent, 192 on the unit grid; T = 2048:
 # 301 against 237), though it pads each expert to 128 rows
 FP8_BIG_TILE_ROWS = 32
-# ... and one CTA a unit (persistent=False) beats the persistent walk up to 256 rows an expert
-# (the GEMM kernels: +12% at T = 1024, +17% at 2048, +21% at 4096, +3-8% at 8192), where the
-# hardware handing units out in order keeps an expert's m-tiles together in L2; at 512
-# (T = 16384) the walk wins by 2-11% (four runs): 140 units a CTA, each CTA's start (barrier
-# setup, the ring's first fill) paid once instead of per unit
-FP8_UNIT_GRID_MAX_ROWS = 256
+# ... and one CTA a unit (persistent=False) beats the persistent walk up to 128 rows an expert
+# (the GEMM kernels in alternated rounds: +10% at T = 1024, +31% at 4096; +17% at 2048 in a
+# plain run), where the hardware handing units out in order keeps an expert's m-tiles together
+# in L2; at 256 (T = 8192) the two traded places over four runs (the alternated one: the walk
+# +5% on the layer) and at 512 (T = 16384) the walk won every run by 2-11%: ~140 units a CTA,
+# each CTA's start (barrier setup, the ring's first fill) paid once instead of per unit
+FP8_UNIT_GRID_MAX_ROWS = 128
 
 
 def fp8_rows_per_expert(tokens: int, top_k: int, num_experts: int) -> float:
@@ -264,20 +265,28 @@ def fp8_rows_per_expert(tokens: int, top_k: int, num_experts: int) -> float:
     return entries / max(1, min(num_experts, entries))
 
 
+# the unit-grid form: with the gate-up quantizing its own output (quantize_out: no bf16 h, no
+# quantize_1x128 launch) the layer measured +2.8% / +1.9% at T = 1024 / 4096 in alternated
+# rounds (the GEMM kernels unchanged: 3584 / 4916 against 3582 / 4901 us); on the walk it
+# slowed the gate-up at T >= 8192 (+4-8% GEMM time), so the walk keeps the separate quantize
+FP8_PREFILL_UNIT_GRID = replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False, quantize_out=True)
+
+
 def fp8_schedule_for(tokens: int, top_k: int, num_experts: int) -> MoeFp8Schedule:
     """The fp8 grouped GEMMs' schedule: from FP8_BIG_TILE_ROWS rows an expert on average,
     128 x 256 tiles with each K block's wgmma split into two 128-column halves, the block scales
     through shared memory and the TMA-store epilogue (FP8_PREFILL_SPLIT_SMEM_TMA, the dense
-    block-scaled kernel's fastest form), on one CTA a unit up to FP8_UNIT_GRID_MAX_ROWS rows an
-    expert and on the persistent walk above; else 64 x 128 (FP8_SMALL, a quarter the padding).
-    Measured on an H100, 2026-12-06 (docs/perf/moe.md): DeepSeek-V3's whole layer 192 / 329 /
-    521 TFLOP/s at T = 1024 / 2048 / 4096 against the rule before it's 170 / 237 / 481, and
-    842-880 at T = 16384. No swap-AB decode form yet: decode sizes take FP8_SMALL."""
+    block-scaled kernel's fastest form): on one CTA a unit with the gate-up quantizing h itself
+    up to FP8_UNIT_GRID_MAX_ROWS rows an expert (FP8_PREFILL_UNIT_GRID), on the persistent walk
+    above; else 64 x 128 (FP8_SMALL, a quarter the padding). Measured on an H100, 2026-12-06
+    (docs/perf/moe.md): DeepSeek-V3's whole layer 187 / 520 TFLOP/s at T = 1024 / 4096 against
+    the walk's 167 / 478, 800-880 at T = 16384. No swap-AB decode form yet: decode sizes take
+    FP8_SMALL."""
     rows = fp8_rows_per_expert(tokens, top_k, num_experts)
     if rows < FP8_BIG_TILE_ROWS:
         return FP8_SMALL
     if rows <= FP8_UNIT_GRID_MAX_ROWS:
-        return replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False)
+        return FP8_PREFILL_UNIT_GRID
     return FP8_PREFILL_SPLIT_SMEM_TMA
 
 

@@ -1,6 +1,7 @@
 """The fp8 layer through the op's DEFAULT schedule (schedule=None: fp8_schedule_for), which from
 32 rows an expert is FP8_PREFILL_SPLIT_SMEM_TMA (128 x 256 N-split, block scales through
-shared memory, TMA store; one CTA a unit up to 256 rows an expert, the persistent walk above),
+shared memory, TMA store; up to 128 rows an expert on one CTA a unit with the gate-up
+quantizing h itself, the persistent walk above),
 on the shapes the op accepts beyond DeepSeek-V3's: H and I multiples
 of 128 but not of 256 (the down's last 256-column tile half real, the gate-up's odd tile
 count), K/128 not a multiple of 4 (the op's zero-padded weight-scale copies, K-major activation
@@ -39,13 +40,14 @@ def _default(x, w13, w2, s13, s2, ids, weights, k, out=None):
     # few experts, many rows: _problem routes every token to expert 0 (k = 1 of 1 column),
     # expert 1 empty; 3 m-tiles of one expert and a ragged last one
     (300, 2, 1, 256, 384, "block"),
-    # 300 rows an expert: past FP8_UNIT_GRID_MAX_ROWS, the persistent walk
+    # 300 rows an expert: the persistent walk, as 150 and 200 above (past
+    # FP8_UNIT_GRID_MAX_ROWS; the 128-row cases take the unit grid)
     (600, 2, 1, 256, 256, "block"),
 ])
 def test_default_prefill_path_matches_float64_and_the_global_scale_tile(T, E, k, H, I, form):
-    persistent = T * k / E > M.FP8_UNIT_GRID_MAX_ROWS
-    assert M._layer(T, H, I, E, k, None, True).schedule == replace(FP8_PREFILL_SPLIT_SMEM_TMA,
-                                                                     persistent=persistent)
+    grid = T * k / E <= M.FP8_UNIT_GRID_MAX_ROWS
+    assert M._layer(T, H, I, E, k, None, True).schedule == (
+        M.FP8_PREFILL_UNIT_GRID if grid else FP8_PREFILL_SPLIT_SMEM_TMA)
     x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=T + H + I, form=form)
     out = _default(x, w13, w2, s13, s2, ids, weights, k)
     assert not torch.isnan(out).any(), "a padding row or padding scale reached the output"

@@ -131,11 +131,13 @@ def test_fp8_layer_from_logits_end_to_end():
 def test_fp8_schedule_choice():
     # DeepSeek-V3 prefill: the split 128 x 256 with smem scales and the TMA store (859 against
     # FP8_PREFILL's 603 TFLOP/s at T = 16384, H100, docs/perf/moe.md), on the persistent walk
-    # from 512 rows an expert, on one CTA a unit at 32 to 256 (T = 1024 .. 8192)
-    grid = replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False)
+    # from 129 rows an expert, on one CTA a unit with the fused quantize at 32 to 128
+    # (T = 1024 .. 4096)
+    grid = replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False, quantize_out=True)
+    assert M.FP8_PREFILL_UNIT_GRID == grid
     assert M.fp8_schedule_for(16384, 8, 256) == FP8_PREFILL_SPLIT_SMEM_TMA
-    assert M.fp8_schedule_for(8193, 8, 256) == FP8_PREFILL_SPLIT_SMEM_TMA
-    assert M.fp8_schedule_for(8192, 8, 256) == grid
+    assert M.fp8_schedule_for(8192, 8, 256) == FP8_PREFILL_SPLIT_SMEM_TMA
+    assert M.fp8_schedule_for(4097, 8, 256) == FP8_PREFILL_SPLIT_SMEM_TMA
     assert M.fp8_schedule_for(4096, 8, 256) == grid
     assert M.fp8_schedule_for(1024, 8, 256) == grid
     assert M.fp8_schedule_for(1023, 8, 256) == FP8_SMALL
