@@ -59,25 +59,31 @@ def test_the_space_is_moefp8schedules_declaration():
         assert any(n.startswith(code) and "fp8_schedule_for" in n for n in notes), code
 
 
+# the split 128 x 256 on one CTA a unit, without and with the gate-up quantizing h itself (the
+# latter fp8_schedule_for's unit-grid form, argus/ops/moe.py FP8_PREFILL_UNIT_GRID)
 GRID = dataclasses.replace(K.FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False)
+GRID_Q = dataclasses.replace(GRID, quantize_out=True)
+WALK = K.FP8_PREFILL_SPLIT_SMEM_TMA
+WALK_Q = dataclasses.replace(WALK, quantize_out=True)
 
 # fp8_schedule_for at DeepSeek-V3 (E 256, k 8, H 7168, I 2048: T / 32 rows an expert) and at a
-# few experts (Mixtral's E 8, k 2, H 4096, I 14336: T / 4 rows an expert)
+# few experts (Mixtral's E 8, k 2, H 4096, I 14336: T / 4 rows an expert): FP8_SMALL below 32
+# rows an expert, the unit grid with the fused quantize from 32 to 128, the walk above
 DSV3_DIMS, FEW_DIMS = (256, 8, 7168, 2048), (8, 2, 4096, 14336)
 RULE = [(16, DSV3_DIMS, K.FP8_SMALL), (63, DSV3_DIMS, K.FP8_SMALL),
-        (64, DSV3_DIMS, K.FP8_SMALL), (1023, DSV3_DIMS, K.FP8_SMALL), (1024, DSV3_DIMS, GRID),
-        (4096, DSV3_DIMS, GRID), (8192, DSV3_DIMS, GRID),
-        (8193, DSV3_DIMS, K.FP8_PREFILL_SPLIT_SMEM_TMA),
-        (16384, DSV3_DIMS, K.FP8_PREFILL_SPLIT_SMEM_TMA),
-        (1, FEW_DIMS, K.FP8_SMALL), (127, FEW_DIMS, K.FP8_SMALL), (128, FEW_DIMS, GRID),
-        (1024, FEW_DIMS, GRID), (1025, FEW_DIMS, K.FP8_PREFILL_SPLIT_SMEM_TMA)]
+        (64, DSV3_DIMS, K.FP8_SMALL), (1023, DSV3_DIMS, K.FP8_SMALL), (1024, DSV3_DIMS, GRID_Q),
+        (2048, DSV3_DIMS, GRID_Q), (4096, DSV3_DIMS, GRID_Q), (4097, DSV3_DIMS, WALK),
+        (8192, DSV3_DIMS, WALK), (16384, DSV3_DIMS, WALK),
+        (1, FEW_DIMS, K.FP8_SMALL), (127, FEW_DIMS, K.FP8_SMALL), (128, FEW_DIMS, GRID_Q),
+        (512, FEW_DIMS, GRID_Q), (513, FEW_DIMS, WALK), (1024, FEW_DIMS, WALK)]
 
 
 @pytest.mark.parametrize("T,dims,want", RULE, ids=[f"T{T}-E{d[0]}" for T, d, _ in RULE])
 def test_start_point_is_fp8_schedule_for(T, dims, want):
     """The start is argus.ops.moe.fp8_schedule_for's schedule at every size (the 64 x 128 tile
-    below FP8_BIG_TILE_ROWS rows an expert, the split 128 x 256 on one CTA a unit up to
-    FP8_UNIT_GRID_MAX_ROWS, the persistent walk above), and it draws no warning."""
+    below FP8_BIG_TILE_ROWS rows an expert, the split 128 x 256 on one CTA a unit with the
+    gate-up quantizing h itself up to FP8_UNIT_GRID_MAX_ROWS, the persistent walk with the
+    separate quantize above), and it draws no warning."""
     E, k, H, I = dims
     t = moe_fp8_task(T, H, I, E, k)
     assert M.fp8_schedule_for(T, k, E) == want
@@ -104,6 +110,12 @@ def test_the_rule_is_read_from_argus_ops_moe(monkeypatch):
     monkeypatch.setattr(M, "FP8_UNIT_GRID_MAX_ROWS", 16)
     big = moe_fp8_task(4096, 7168, 2048, 256, 8)        # 128 rows an expert
     assert FAMILY.default_params(big) == params_of(K.FP8_PREFILL_SPLIT_SMEM_TMA)
+    assert not FAMILY.facts(big)["rule_quantize_out"]
+    # the unit-grid form is argus/ops/moe.py's FP8_PREFILL_UNIT_GRID, not a copy
+    monkeypatch.setattr(M, "FP8_UNIT_GRID_MAX_ROWS", 4096)
+    monkeypatch.setattr(M, "FP8_PREFILL_UNIT_GRID", GRID)
+    assert FAMILY.default_params(big) == params_of(GRID)
+    assert not FAMILY.facts(big)["rule_quantize_out"]
 
 
 def test_the_tile_threshold_is_a_warning():
@@ -114,14 +126,15 @@ def test_the_tile_threshold_is_a_warning():
     # 32 rows an expert (FP8_BIG_TILE_ROWS) takes the 128-row tile: 64 rows warn there
     t = moe_fp8_task(1024, 7168, 2048, 256, 8)
     p = {**FAMILY.default_params(t), "bm": 64, "bn": 128, "n_split": 1, "stages": 8,
-         "smem_scales": False, "epilogue": "direct", "persistent": False}
+         "smem_scales": False, "epilogue": "direct", "persistent": False,
+         "quantize_out": False}
     found = FAMILY.static_check(t, p)
     assert [d.code for d in found] == ["decode_threshold"], found
     assert "bm=128" in found[0].fix and "FP8_BIG_TILE_ROWS" in found[0].message
 
 
-@pytest.mark.parametrize("T,want", [(16, True), (1024, False), (8192, False), (8193, True),
-                                    (16384, True)])
+@pytest.mark.parametrize("T,want", [(16, True), (1024, False), (4096, False), (4097, True),
+                                    (8192, True), (16384, True)])
 def test_the_grid_rule_is_a_warning(T, want):
     """persistent against fp8_schedule_for's: the unit grid from FP8_BIG_TILE_ROWS up to
     FP8_UNIT_GRID_MAX_ROWS rows an expert, the walk elsewhere; the other is a warning that
@@ -134,6 +147,31 @@ def test_the_grid_rule_is_a_warning(T, want):
     assert f"use persistent={want}" in found[0].fix
     assert "argus/ops/moe.py fp8_schedule_for" in found[0].fix
     assert "FP8_UNIT_GRID_MAX_ROWS" in found[0].message
+
+
+@pytest.mark.parametrize("T,want", [(1024, True), (4096, True), (4097, False),
+                                    (16384, False)])
+def test_the_fused_quantize_rule_is_a_warning(T, want):
+    """quantize_out against fp8_schedule_for's: the gate-up quantizes h itself on the unit grid
+    (FP8_PREFILL_UNIT_GRID, up to FP8_UNIT_GRID_MAX_ROWS rows an expert), the walk keeps the
+    separate quantize; the other is a warning naming the rule and the fix, never an error. A
+    schedule that cannot fuse (not the rule's n_split / bn) is not told to."""
+    t = moe_fp8_task(T, 7168, 2048, 256, 8)
+    start = FAMILY.default_params(t)
+    assert start["quantize_out"] is want
+    found = FAMILY.static_check(t, {**start, "quantize_out": not want})
+    assert [d.code for d in found] == ["gate_up_quantize"] and found[0].severity == "warning"
+    assert f"use quantize_out={want}" in found[0].fix
+    assert "argus/ops/moe.py fp8_schedule_for" in found[0].fix + found[0].message
+    assert "FP8_PREFILL_UNIT_GRID" in found[0].message
+    # the walk with the fused gate-up on the grid's sizes: two warnings, one a field
+    both = FAMILY.static_check(t, {**start, "quantize_out": not want, "persistent": want})
+    assert sorted(d.code for d in both) == ["gate_up_quantize", "unit_grid"]
+    assert all(d.severity == "warning" for d in both)
+    # the 128 x 128 (no fused form): quantize_out=False draws no quantize warning
+    plain = {**start, "bn": 128, "n_split": 1, "quantize_out": False, "stages": 4}
+    assert "gate_up_quantize" not in [d.code for d in FAMILY.static_check(t, plain)]
+    assert errors(t, {**plain, "quantize_out": True})[0].code == "schedule_fields"
 
 
 @pytest.mark.parametrize("kw,code,words", [
@@ -310,7 +348,7 @@ def test_legal_samples_render_and_lower(tmp_path):
 
 
 def test_the_cards_apply_where_fp8_schedule_for_takes_their_tiles():
-    """The promotion card (the split 128 x 256 and its scale paths) applies from
+    """The promotion card (the split 128 x 256, its scale paths and quantize_out) applies from
     FP8_BIG_TILE_ROWS (32) rows an expert on average, fp8_schedule_for's threshold; the tile
     card (which also searches persistent) everywhere."""
     from argus.agent.knowledge import load_cards
@@ -326,6 +364,8 @@ def test_the_cards_apply_where_fp8_schedule_for_takes_their_tiles():
     for T, E in ((1023, 256), (15, 4)):
         assert not promotion.applies(moe_fp8_task(T, 7168, 2048, E, 8).features()), (T, E)
     assert "persistent" in tile.edit.search
+    # the fused quantize needs the split 128 x 256: the promotion card searches it
+    assert "quantize_out" in promotion.edit.search and "quantize_out" not in tile.edit.search
 
 
 def test_shared_memory_comes_from_lowering_both_grouped_gemms():

@@ -269,6 +269,9 @@ MOE_FP8 = dict(
     n_split=legal((1, 2), rule="argus/kernels/gemm_fp8.py split_promoted_mma (1 or 2 column "
                   "halves a K block)"),
     smem_scales=legal((False, True), rule="argus/kernels/gemm_fp8.py SharedBlockScales"),
+    quantize_out=legal((False, True), rule="argus/kernels/moe_fp8.py _quantize_unit (the "
+                       "gate-up's epilogue writes h in e4m3 plus its 1x128 scales: n_split=2, "
+                       "bn=256, MoeFp8Schedule._problems)"),
     swap_ab=fixed("no swap-AB fp8 form (MoeFp8Schedule._problems)"),
     split_k=fixed("no K split in the fp8 grouped GEMM (MoeFp8Schedule._problems)"),
     pair_multicast=fixed("not searched: measured slower than the unit grid at DeepSeek-V3 T = "
@@ -280,7 +283,8 @@ MOE_FP8_CONSTRAINTS = (
     # replaces MoeSchedule's decode_threshold (the same code: the most derived wins): the fp8
     # path has no swap-AB decode form, its small-size rule is the tile's rows. The facts are
     # argus/ops/moe.py's own (families/moe_fp8.py _rule: FP8_BIG_TILE_ROWS,
-    # FP8_UNIT_GRID_MAX_ROWS and fp8_schedule_for's choice at the task), never copies
+    # FP8_UNIT_GRID_MAX_ROWS and fp8_schedule_for's choice at the task), never copies.
+    # All three are warnings: the rule is measured speed, not legality
     Constraint("decode_threshold", lambda s, f: s["bm"] == f["rule_bm"],
                lambda s, f: (f"bm={s['bm']} at {f['rows_per_expert']:.0f} rows an expert on "
                              f"average: argus/ops/moe.py fp8_schedule_for takes "
@@ -303,6 +307,27 @@ MOE_FP8_CONSTRAINTS = (
                             "here)",
                "argus/ops/moe.py fp8_schedule_for (FP8_BIG_TILE_ROWS, FP8_UNIT_GRID_MAX_ROWS)",
                reads=("persistent",), severity="warning"),
+    # quantize_out against the rule's: fp8_schedule_for's unit-grid form (FP8_PREFILL_UNIT_GRID)
+    # has the gate-up quantize h itself, its walk keeps the separate quantize_1x128. Without
+    # the rule's n_split and bn (the fused epilogue's tile: the class refuses quantize_out on
+    # others) there is nothing to fuse, so leaving it off there is no disagreement
+    Constraint("gate_up_quantize",
+               lambda s, f: s["quantize_out"] == f["rule_quantize_out"] or (
+                   not s["quantize_out"] and (s["n_split"], s["bn"]) != (f["rule_n_split"],
+                                                                         f["rule_bn"])),
+               lambda s, f: (f"quantize_out={s['quantize_out']} at {f['rows_per_expert']:.0f} "
+                             f"rows an expert on average: argus/ops/moe.py fp8_schedule_for has "
+                             f"the gate-up quantize h itself (quantize_out=True: no bf16 h, no "
+                             f"quantize_1x128 launch) on its unit grid, from "
+                             f"{f['big_tile_rows']} up to {f['unit_grid_max_rows']} rows an "
+                             "expert (FP8_PREFILL_UNIT_GRID: the layer measured faster), and "
+                             "the separate quantize elsewhere (on the walk the fused gate-up "
+                             "measured slower)"),
+               lambda s, f: f"use quantize_out={f['rule_quantize_out']} (fp8_schedule_for's "
+                            "gate-up here)",
+               "argus/ops/moe.py fp8_schedule_for (FP8_PREFILL_UNIT_GRID, "
+               "FP8_UNIT_GRID_MAX_ROWS)", reads=("quantize_out", "n_split", "bn"),
+               severity="warning"),
 )
 
 

@@ -78,7 +78,7 @@ from argus.errors import Diagnostic
 # the parameters: MoeFp8Schedule's fields a tuner chooses (consumers and the register split
 # follow from bm)
 FIELDS = ("bm", "bn", "stages", "epilogue", "cluster_m", "overlap", "late_release", "n_split",
-          "smem_scales", "persistent")
+          "smem_scales", "persistent", "quantize_out")
 
 
 def _fp8_schedule() -> type:
@@ -100,7 +100,8 @@ SCHEDULE = Part(_fp8_schedule, exposed=FIELDS,
                         ("stages", (2, 3, 4, 5, 6, 8)), ("epilogue", ("direct", "tma")),
                         ("cluster_m", (1, 2)), ("overlap", (False, True)),
                         ("late_release", (False, True)), ("n_split", (1, 2)),
-                        ("smem_scales", (False, True)), ("persistent", (False, True))),
+                        ("smem_scales", (False, True)), ("persistent", (False, True)),
+                        ("quantize_out", (False, True))),
                 derive=_fields)
 
 
@@ -118,8 +119,9 @@ def _rule(d: dict[str, int]) -> dict[str, Any]:
     """argus.ops.moe's fp8 prefill rule at these shapes, read from argus/ops/moe.py (the one
     source of its thresholds): the rows an expert gets on average (fp8_rows_per_expert), the
     thresholds FP8_BIG_TILE_ROWS and FP8_UNIT_GRID_MAX_ROWS, and fp8_schedule_for's bm and
-    persistent there; the tiles' rows (FP8_PREFILL_SPLIT_SMEM_TMA's, FP8_SMALL's) for the
-    warnings' text."""
+    persistent there, and whether its gate-up quantizes h itself (quantize_out, with the n_split
+    and bn that form takes); the tiles' rows (FP8_PREFILL_SPLIT_SMEM_TMA's, FP8_SMALL's) for
+    the warnings' text."""
     import importlib
 
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL
@@ -130,7 +132,9 @@ def _rule(d: dict[str, int]) -> dict[str, Any]:
             "big_tile_rows": moe_ops.FP8_BIG_TILE_ROWS,
             "unit_grid_max_rows": moe_ops.FP8_UNIT_GRID_MAX_ROWS,
             "big_tile_bm": FP8_PREFILL_SPLIT_SMEM_TMA.bm, "small_tile_bm": FP8_SMALL.bm,
-            "rule_bm": chosen.bm, "rule_persistent": chosen.persistent}
+            "rule_bm": chosen.bm, "rule_persistent": chosen.persistent,
+            "rule_quantize_out": chosen.quantize_out, "rule_n_split": chosen.n_split,
+            "rule_bn": chosen.bn}
 
 
 # --------------------------------------------------------------------------- the calibration
@@ -304,6 +308,13 @@ def grid_factor(d: dict[str, int], s) -> float:
     return knots[-1][1]
 
 
+def _gate_up_args(s) -> tuple[bool, ...]:
+    """The gate-up kernel's builder arguments for schedule s, as argus.ops.moe's _fp8_gemms
+    passes them: (gated,), or with quantize_out (gated, quantize, k_major), the scales h gets
+    in the layout the down reads (K-major with smem_scales: one schedule serves both GEMMs)."""
+    return (True, True, bool(s.smem_scales)) if s.quantize_out else (True,)
+
+
 class MoeFp8Family(ScheduleFamily):
     name = "moe_fp8"
     parts = (SCHEDULE,)
@@ -324,16 +335,17 @@ class MoeFp8Family(ScheduleFamily):
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         return {"bm": 64, "bn": 64, "stages": 2, "epilogue": "direct", "cluster_m": 1,
                 "overlap": False, "late_release": False, "n_split": 1, "smem_scales": False,
-                "persistent": True}
+                "persistent": True, "quantize_out": False}
 
     def build(self, task: TaskSpec, params: dict[str, Any]):
         """Both block-scaled grouped GEMMs with the schedule (the shared-memory-scale kernels
-        with smem_scales)."""
+        with smem_scales; with quantize_out the gate-up that writes h in e4m3 plus its scales,
+        as argus.ops.moe builds it: `_gate_up_args`)."""
         from argus.kernels.moe_fp8 import grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel
 
         s = schedule_of(task, params)
         kernel = grouped_gemm_fp8_smem_kernel if s.smem_scales else grouped_gemm_fp8_kernel
-        return [(kernel(True), {"s": s}), (kernel(False), {"s": s})]
+        return [(kernel(*_gate_up_args(s)), {"s": s}), (kernel(False), {"s": s})]
 
     def resource_check(self, task: TaskSpec, params: dict[str, Any]) -> list[Diagnostic]:
         """argus.ops.moe's own refusals at the task's shapes (its weight-scale check on meta
@@ -400,12 +412,13 @@ class MoeFp8Family(ScheduleFamily):
         """The gate-up grouped GEMM (the layer's first expert kernel) with this schedule."""
         s = schedule_of(task, params)
         kernel = "grouped_gemm_fp8_smem_kernel" if s.smem_scales else "grouped_gemm_fp8_kernel"
+        args = ", ".join(map(repr, _gate_up_args(s)))
         return ('"""fp8 MoE expert GEMMs chosen by `argus optimize`: argus/kernels/moe_fp8.py '
                 'with the schedule\nthat argus.ops.moe(..., w13_scale=..., w2_scale=..., '
                 'schedule=SCHEDULE) runs."""\n\n'
                 f"from argus.kernels.moe_fp8 import MoeFp8Schedule, {kernel}\n\n"
                 f"SCHEDULE = {s!r}\n"
-                f"KERNEL = {kernel}(True)\n"
+                f"KERNEL = {kernel}({args})\n"
                 'CONSTEXPRS = {"s": SCHEDULE}\n')
 
     def run(self, task: TaskSpec, params: dict[str, Any], x, w13, w2, w13_scale, w2_scale,
