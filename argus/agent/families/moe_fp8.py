@@ -9,8 +9,10 @@ bn), ring stages, the epilogue (registers, or stmatrix + TMA store), CTA pairs s
 weight tile (cluster_m), the promotion form (the serial early-release loop; `overlap`: two
 partials in turns; `late_release`: the stage released after the promotion's FFMAs; `n_split`
 = 2: each K block's wgmma as two bn / 2 halves, the 128 x 256 tile's register plan),
-`smem_scales` (the block scales through shared memory beside the operand tiles) and
-`persistent` (the persistent walk, or one CTA a unit: argus/kernels/moe.py unit_programs). bk is
+`smem_scales` (the block scales through shared memory beside the operand tiles),
+`persistent` (the persistent walk, or one CTA a unit: argus/kernels/moe.py unit_programs) and
+`quantize_out` (the gate-up's epilogue writes h in e4m3 plus its 1x128 scales itself: no bf16 h,
+no quantize_1x128 launch; n_split = 2 and bn = 256 only). bk is
 fixed at 128 e4m3 (one 128-deep scale block a stage); there is no swap-AB decode form and no K
 split. `pair_multicast` (same-expert CTA pairs sharing the weight tile) is not searched: measured
 slower than the unit grid at DeepSeek-V3 T = 4096 (477 against 503 TFLOP/s) and than the walk at
@@ -24,12 +26,14 @@ early-release or split loop and no clusters; code schedule_fields), argus.ops.mo
 the task's shapes (H and I multiples of 128, the gate-up's halves inside one 128-row weight-scale
 block: gate_up_fits; code fp8_layer), and the lowering of both grouped GEMMs, whose shared-memory
 plan (the ring, the scale stages, the TMA-store staging) is the compiler's (code smem).
-argus.ops.moe.fp8_schedule_for's prefill rule is two declared warnings, its thresholds read from
-argus/ops/moe.py (`_rule`; no copies here): the tile (decode_threshold: the 128 x 256 split from
-FP8_BIG_TILE_ROWS rows an expert on average, 64-row tiles below, the fp8 path's "decode" rule as
-it has no swap-AB form) and the grid (unit_grid: one CTA a unit from FP8_BIG_TILE_ROWS up to
-FP8_UNIT_GRID_MAX_ROWS rows an expert, the persistent walk otherwise). The start point is
-fp8_schedule_for's schedule itself.
+argus.ops.moe.fp8_schedule_for's prefill rule is three declared warnings, its thresholds and
+forms read from argus/ops/moe.py (`_rule`; no copies here): the tile (decode_threshold: the
+128 x 256 split from FP8_BIG_TILE_ROWS rows an expert on average, 64-row tiles below, the fp8
+path's "decode" rule as it has no swap-AB form), the grid (unit_grid: one CTA a unit from
+FP8_BIG_TILE_ROWS up to FP8_UNIT_GRID_MAX_ROWS rows an expert, the persistent walk otherwise)
+and the gate-up's quantize (gate_up_quantize: quantize_out on the unit grid,
+FP8_PREFILL_UNIT_GRID, the separate quantize elsewhere). The start point is fp8_schedule_for's
+schedule itself; the naive point (64 x 64, 2 stages, the walk) quantizes separately.
 
 Cost model (an estimate, calibrated): each grouped GEMM by the GEMM cost model
 (cost_model.gemm_estimate at the fp8 tensor rate: a 128-deep e4m3 K step moves the bytes of a
@@ -45,12 +49,20 @@ the nearest measured one's factor times the measured effect of what differs (the
 ratio from the split's pair of the same scale path; late release the serial factor: no MoE
 measurement tells them apart). The structural model is the persistent walk's; one CTA a unit
 (persistent=False) multiplies the GEMMs by a grid factor (`grid_factor`): the grid / walk ratio
-of the split tile's two GEMM kernels measured alone at T = 1024, 2048, 4096 (one point: 0.855)
-and 16384 (1.072; GRID_MEASURED_US), read at the walk's units a CTA (`units_per_cta`, in
-128 x 256 tiles of output), log-linear between, the nearest outside. An estimate fitted to those
-points: it prefers the grid from 32 to 256 rows an expert at DeepSeek-V3 and the walk at 512,
-as fp8_schedule_for does, and each measured layer pair (the split's, FP8_SMALL's, T = 1024 to
-16384) the way the H100 ordered it. Off the calibration point the structural model (padding,
+of the split tile's two GEMM kernels measured alone (GRID_MEASURED_US: the alternated-rounds
+pair where measured, else the plain runs' means) at T = 1024, 2048, 4096 (one point: 0.843),
+8192 (1.026) and 16384 (1.044), read at the walk's units a CTA (`units_per_cta`, in 128 x 256
+tiles of output), log-linear between, the nearest outside. An estimate fitted to those points:
+it prefers the grid from 32 to 128 rows an expert at DeepSeek-V3 and the walk from 256, as
+fp8_schedule_for does. quantize_out drops quantize_1x128 from the glue (h read in bf16 and
+written in e4m3, one launch), has the gate-up write e4m3 from registers in the structural
+model, and multiplies the GEMMs by `quantize_out_factor`, fitted so they move by the fused /
+separate ratio of the GEMM kernels measured in the same alternated run
+(QUANTIZE_OUT_MEASURED_US: +0-2% at one m-tile an expert, +4-8% at T >= 8192, on each grid).
+With these the estimate's best of the split's four measured forms (walk or grid, either
+quantize) is fp8_schedule_for's at T = 1024, 4096, 8192 and 16384 and the measured best of the
+alternated run (at 16384 a 0.3% tie: the fused walk's layer 14.304 against 14.346 ms, though
+its GEMMs measured +7.6%). Off the calibration point the structural model (padding,
 waves, stages, tile) moves the estimate; its ordering of unmeasured points is a model's, not a
 measurement's. Each GEMM is at least its experts' weights read once from HBM (`_structural`:
 the GEMM model alone shares B across m-tiles), which at 32 and 64 rows an expert puts the split
@@ -157,17 +169,33 @@ OVERLAP_RATIO = 18.896 / 19.324
 
 # One CTA a unit (persistent=False) against the persistent walk: the two grouped GEMM kernels
 # alone (gate-up + down, us) of the split 128 x 256 smem-scale TMA-store tile at DeepSeek-V3
-# (H100, 2026-12-06, `scripts/gpu_moe_bench.py --fp8`, docs/perf/moe.md): T: (walk runs, grid
-# runs). The grid wins where each CTA of the walk would take few units (the hardware hands the
-# grid's CTAs out in order, so an expert's m-tiles run together and share its weight tiles in
-# L2), the walk where each takes many (its CTA start, barriers and the ring's first fill, paid
-# once over the walk). At T = 1024, 2048 and 4096 every expert has one 128-row m-tile, so the
-# three share one units-a-CTA point.
+# (H100, 2026-12-06, `scripts/gpu_moe_bench.py --fp8`, docs/perf/moe.md): T: ((walk, grid) of
+# the run in alternated rounds (`--rounds 3`: the paths alternate and rotate which goes first,
+# the median round), or None; (walk runs, grid runs) in plain order). The grid wins where each
+# CTA of the walk would take few units (the hardware hands the grid's CTAs out in order, so an
+# expert's m-tiles run together and share its weight tiles in L2), the walk where each takes
+# many (its CTA start, barriers and the ring's first fill, paid once over the walk). At T =
+# 1024, 2048 and 4096 every expert has one 128-row m-tile, so the three share one units-a-CTA
+# point. At T = 8192 (256 rows an expert) the plain-order runs had the grid ahead (7355 against
+# 7751 us by their means) and the alternated run the walk (6998 against 7183; the layer 8.247
+# against 8.666 ms): argus/ops/moe.py's rule (FP8_UNIT_GRID_MAX_ROWS) follows the alternated
+# run, and so does the fit (`_grid_knots`)
 GRID_MEASURED_US = {
-    1024: ((3843,), (3448,)),
-    2048: ((4500,), (3853,)),
-    4096: ((5937,), (4819,)),
-    16384: ((11100, 11023, 11465, 11228), (12444, 11736, 11710, 12169)),
+    1024: ((3932, 3582), ((3843,), (3448,))),
+    2048: (None, ((4500,), (3853,))),
+    4096: ((6443, 4901), ((5937,), (4819,))),
+    8192: ((6998, 7183), ((7656, 8065, 8285), (7047, 7836))),
+    16384: ((11724, 12245), ((11100, 11023, 11465, 11228), (12444, 11736, 11710, 12169))),
+}
+
+# The gate-up quantizing h itself (quantize_out) against the separate quantize_1x128: the same
+# run's two GEMM kernels alone (us, alternated rounds, H100, 2026-12-06, `scripts/
+# gpu_moe_bench.py --fp8 --rounds 3`, DeepSeek-V3), the split smem TMA tile on each grid:
+# persistent: {T: (separate, fused)}. The fused epilogue (a row amax over the 128 columns, e4m3
+# stored from registers) costs the gate-up little at one m-tile an expert and 4-8% at T >= 8192
+QUANTIZE_OUT_MEASURED_US = {
+    False: {1024: (3582, 3584), 4096: (4901, 4916), 8192: (7183, 7610), 16384: (12245, 12867)},
+    True: {1024: (3932, 4011), 4096: (6443, 6368), 8192: (6998, 7267), 16384: (11724, 12616)},
 }
 
 
@@ -213,23 +241,30 @@ def _structural(d: dict[str, int], s) -> tuple[float, float, int, str]:
     p = {"bm": s.bm, "bn": s.bn, "bk": 64, "stages": s.stages, "consumers": s.consumers,
          "persistent": True, "num_sms": hw.sms, "group_m": s.group_m,
          "cluster_m": s.cluster_m, "epilogue": s.epilogue, "consumer_regs": s.consumer_regs}
-    gate_up = cost_model.gemm_estimate(rows, 2 * I, max(1, H // 2), p, spills=False)
+    # quantize_out: the gate-up writes h in e4m3 (a byte an element, not bf16's two), stored
+    # from registers whatever the epilogue (argus/kernels/moe_fp8.py _quantize_unit)
+    fused = {"out_bytes": 1, "epilogue": "direct"} if s.quantize_out else {}
+    gate_up = cost_model.gemm_estimate(rows, 2 * I, max(1, H // 2), {**p, **fused},
+                                       spills=False)
     down = cost_model.gemm_estimate(rows, H, max(1, I // 2), p, spills=False)
     weights_ms = touched * H * I / hw.hbm_bytes_s * 1e3           # the down's; gate-up twice
     bound = "memory" if 2 * weights_ms > gate_up.ms else gate_up.bound
     return max(gate_up.ms, 2 * weights_ms), max(down.ms, weights_ms), rows, bound
 
 
-def _glue_ms(d: dict[str, int]) -> float:
+def _glue_ms(d: dict[str, int], quantize_out: bool = False) -> float:
     """The layer's memory-bound rest: x read and quantized into the layout (e4m3), h read and
-    quantized, y read and combined into the bf16 output; the routing's and these kernels'
-    launches. (The kernels' quantization reads and writes; the GEMMs' own reads and writes are
-    in the GEMM model.)"""
+    quantized (bf16 in, e4m3 out: quantize_1x128; not with quantize_out, where the gate-up's
+    epilogue writes h in e4m3 itself and the kernel is not launched), y read and combined into
+    the bf16 output; the routing's and these kernels' launches. (The kernels' quantization
+    reads and writes; the GEMMs' own reads and writes are in the GEMM model.)"""
     hw = cost_model.H200
     T, H, I, k = d["T"], d["H"], d["I"], d["top_k"]
     entries = T * k
-    moved = T * H * 2 + entries * H + entries * I * 3 + entries * H * 2 + T * H * 2
-    return (moved / (cost_model.COPY_EFFICIENCY * hw.hbm_bytes_s) + 8 * hw.launch_s) * 1e3
+    h_quantize = 0 if quantize_out else entries * I * 3
+    moved = T * H * 2 + entries * H + h_quantize + entries * H * 2 + T * H * 2
+    launches = 7 if quantize_out else 8
+    return (moved / (cost_model.COPY_EFFICIENCY * hw.hbm_bytes_s) + launches * hw.launch_s) * 1e3
 
 
 @functools.cache
@@ -267,45 +302,91 @@ def units_per_cta(d: dict[str, int], s) -> float:
     """The walk's length: both grouped GEMMs' output over routing's padded rows (the structural
     model's), in units of the measured 128 x 256 tile, over 2 x num_sms CTAs (the mean of the
     two GEMMs). Counted in output, not in s's own units: a 64 x 128 unit is a quarter, which
-    keeps FP8_SMALL's grid ahead of its walk as measured up to T = 8192 (small_grid 13.490
-    against 14.999 ms, 341 of its own units a CTA)."""
+    keeps FP8_SMALL's grid ahead of its walk as measured up to T = 4096 (plain runs). At 8192
+    FP8_SMALL's grid measured ahead as well (small_grid 13.490 against 14.999 ms, one plain
+    run, 341 of its own units a CTA) where the fit (the split's alternated run: 1.026 there)
+    prefers the walk in either count: a miss of the one-tile fit."""
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as ref
 
     rows = _structural(d, s)[2]
     return rows * (2 * d["I"] + d["H"]) / (ref.bm * ref.bn) / (2 * s.num_sms)
 
 
-@functools.cache
-def _grid_knots() -> tuple[tuple[float, float], ...]:
-    """(log2 units a CTA, grid / walk) of GRID_MEASURED_US: the mean ratio of the sizes that
-    share a point (T = 1024, 2048, 4096: 0.855), each size's ratio of its runs' means
-    (16384: 1.072)."""
-    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
+def grid_ratio(T: int) -> float:
+    """GRID_MEASURED_US's grid / walk at size T: the alternated rounds' pair where there is one
+    (the least biased: no path always first), else the ratio of the plain runs' means."""
+    alternated, (walk, grid) = GRID_MEASURED_US[T]
+    if alternated is not None:
+        return alternated[1] / alternated[0]
+    return (sum(grid) / len(grid)) / (sum(walk) / len(walk))
 
+
+def _knots(ratios: dict[int, float], s) -> tuple[tuple[float, float], ...]:
+    """(log2 units a CTA of schedule s at DeepSeek-V3 T, ratio) of measured sizes, the mean
+    ratio where sizes share a point."""
     points: dict[float, list[float]] = {}
-    for T, (walk, grid) in GRID_MEASURED_US.items():
-        x = math.log2(units_per_cta({**CALIBRATION, "T": T}, FP8_PREFILL_SPLIT_SMEM_TMA))
-        points.setdefault(x, []).append((sum(grid) / len(grid)) / (sum(walk) / len(walk)))
+    for T, r in ratios.items():
+        points.setdefault(math.log2(units_per_cta({**CALIBRATION, "T": T}, s)), []).append(r)
     return tuple((x, sum(r) / len(r)) for x, r in sorted(points.items()))
 
 
-def grid_factor(d: dict[str, int], s) -> float:
-    """The GEMMs' time on one CTA a unit over the walk's (1 for the walk): GRID_MEASURED_US's
-    ratios, linear in log2 of units_per_cta between the measured points and the nearest one's
-    outside them. An estimate fitted to four sizes of one tile: it prefers the grid up to 256
-    rows an expert at DeepSeek-V3 (0.855 at 32-128 rows, 0.964 at 256; the layer measured
-    8.394 against 8.597 ms at 256, the GEMMs +3-8%) and the walk at 512 (1.072), as
-    argus/ops/moe.py fp8_schedule_for does."""
-    if s.persistent:
-        return 1.0
-    knots = _grid_knots()
-    x = math.log2(max(units_per_cta(d, s), 1e-9))
+def _interpolate(knots: tuple[tuple[float, float], ...], units: float) -> float:
+    """Linear in log2 of units a CTA between the knots, the nearest one's outside them."""
+    x = math.log2(max(units, 1e-9))
     if x <= knots[0][0]:
         return knots[0][1]
     for (x0, r0), (x1, r1) in zip(knots, knots[1:]):
         if x <= x1:
             return r0 + (r1 - r0) * (x - x0) / (x1 - x0)
     return knots[-1][1]
+
+
+@functools.cache
+def _grid_knots() -> tuple[tuple[float, float], ...]:
+    """(log2 units a CTA, grid / walk) of GRID_MEASURED_US (`grid_ratio` each size): the mean
+    of the sizes that share a point (T = 1024, 2048, 4096: 0.843), 8192's alternated pair
+    (1.026) and 16384's (1.044)."""
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA
+
+    return _knots({T: grid_ratio(T) for T in GRID_MEASURED_US}, FP8_PREFILL_SPLIT_SMEM_TMA)
+
+
+def grid_factor(d: dict[str, int], s) -> float:
+    """The GEMMs' time on one CTA a unit over the walk's (1 for the walk): GRID_MEASURED_US's
+    ratios (`grid_ratio`), linear in log2 of units_per_cta between the measured points and the
+    nearest one's outside them. An estimate fitted to four points of one tile: it prefers the
+    grid up to 128 rows an expert at DeepSeek-V3 (0.843 at 32-128 rows) and the walk from 256
+    (1.026; 1.044 at 512), crossing 1 near 230 rows, as argus/ops/moe.py fp8_schedule_for
+    (FP8_UNIT_GRID_MAX_ROWS) does."""
+    if s.persistent:
+        return 1.0
+    return _interpolate(_grid_knots(), units_per_cta(d, s))
+
+
+@functools.cache
+def _quantize_out_knots(persistent: bool) -> tuple[tuple[float, float], ...]:
+    """(log2 units a CTA, factor) of QUANTIZE_OUT_MEASURED_US on the walk or the grid: each
+    size's measured fused / separate GEMM time over the structural model's (the e4m3 write
+    from registers, `_structural`), so that the estimate's GEMMs move by the measured ratio at
+    each measured size."""
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as ref
+
+    fused = dataclasses.replace(ref, quantize_out=True)
+    ratios = {}
+    for T, (separate, fused_us) in QUANTIZE_OUT_MEASURED_US[persistent].items():
+        d = {**CALIBRATION, "T": T}
+        modelled = sum(_structural(d, fused)[:2]) / sum(_structural(d, ref)[:2])
+        ratios[T] = fused_us / separate / modelled
+    return _knots(ratios, ref)
+
+
+def quantize_out_factor(d: dict[str, int], s) -> float:
+    """The GEMMs' time with the gate-up quantizing h itself over the structural model's (1
+    without quantize_out): QUANTIZE_OUT_MEASURED_US's ratios on s's grid (`_quantize_out_knots`),
+    log-linear in units_per_cta as `grid_factor`. The removed quantize_1x128 is in `_glue_ms`."""
+    if not s.quantize_out:
+        return 1.0
+    return _interpolate(_quantize_out_knots(bool(s.persistent)), units_per_cta(d, s))
 
 
 def _gate_up_args(s) -> tuple[bool, ...]:
@@ -388,8 +469,9 @@ class MoeFp8Family(ScheduleFamily):
         gate_up, down, rows, bound = _structural(d, s)
         promotion, source = promotion_factor(form(s))
         grid = grid_factor(d, s)
-        factor = promotion * grid
-        glue = _glue_ms(d)
+        fused = quantize_out_factor(d, s)
+        factor = promotion * grid * fused
+        glue = _glue_ms(d, s.quantize_out)
         total = (gate_up + down) * factor + glue
         flops = 2.0 * d["T"] * d["top_k"] * 3 * d["H"] * d["I"]
         return Estimate(total, bound,
@@ -397,6 +479,7 @@ class MoeFp8Family(ScheduleFamily):
                          "down_ms": down * factor, "glue_ms": glue, "form": "/".join(
                              map(str, form(s))), "promotion_factor": promotion,
                          "factor_source": source, "grid_factor": grid,
+                         "quantize_out_factor": fused,
                          "units_per_cta": units_per_cta(d, s),
                          "tflops": flops / (total * 1e-3) / 1e12})
 
