@@ -391,6 +391,7 @@ def test_the_estimates_best_measured_form_is_the_measured_best(T):
 
 @pytest.mark.parametrize("T,E,k,H,I,kw", [
     (200, 3, 2, 256, 128, {}),                                       # the split smem TMA start
+    (150, 3, 2, 256, 128, {}),              # 100 rows an expert: FP8_PREFILL_UNIT_GRID's start
     (200, 3, 2, 128, 256, dict(bn=128, n_split=1, smem_scales=False, stages=4, overlap=True)),
     (40, 4, 2, 128, 128, {}),                                        # FP8_SMALL
 ])
@@ -400,6 +401,8 @@ def test_candidate_runs_in_the_interpreter_and_matches_float64(T, E, k, H, I, kw
     t = moe_fp8_task(T, H, I, E, k)
     p = {**FAMILY.default_params(t), **kw}
     assert FAMILY.legal(t, p), FAMILY.static_check(t, p)
+    if T == 150:                            # the gate-up writes h in e4m3 and its scales itself
+        assert p["quantize_out"] and not p["persistent"]
     x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=T + H)
     out = FAMILY.run(t, p, x, w13, w2, s13, s2, ids, weights)
     exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
@@ -417,6 +420,16 @@ def test_legal_samples_render_and_lower(tmp_path):
     from tests.agent.test_schedule_family import _legal_samples_render_and_lower
 
     _legal_samples_render_and_lower(FAMILY, DSV3, tmp_path, seed=5, prefix="moe_fp8_", count=4)
+    # the unit-grid start's gate-up is the quantizing kernel, as argus.ops.moe builds it (h's
+    # scales K-major: the smem-scale down's layout), and lowers
+    from argus.agent.evaluate import import_source
+    from argus.compiler import lower_only
+
+    t = moe_fp8_task(1024, 7168, 2048, 256, 8)
+    src = FAMILY.render_kernel(t, FAMILY.default_params(t))
+    assert "KERNEL = grouped_gemm_fp8_smem_kernel(True, True, True)" in src
+    module = import_source(src, tmp_path, "moe_fp8_grid_start")
+    lower_only(module.KERNEL, **module.CONSTEXPRS)
 
 
 def test_the_cards_apply_where_fp8_schedule_for_takes_their_tiles():
@@ -448,3 +461,7 @@ def test_shared_memory_comes_from_lowering_both_grouped_gemms():
     assert 3 * 48 * 1024 < res["smem"] <= 232448
     found = errors(DSV3, {**FAMILY.default_params(DSV3), "stages": 4})
     assert found[0].code == "smem" and "moe_fp8_gate_up_smem" in found[0].message
+    # with quantize_out the gate-up stores e4m3 from registers: no TMA-store staging
+    grid = moe_fp8_task(1024, 7168, 2048, 256, 8)
+    up, down = (k["smem"] for k in FAMILY.resources(grid, FAMILY.default_params(grid))["kernels"])
+    assert up < down == res["smem"]
