@@ -144,7 +144,10 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     "default", "fa3", hd128's "occ2"): Q's stage released right after the tile's last
     S = Q K^T, so the persistent walk ("+persistent") loads the next tile's Q during this
     tile's last P V and O store (FA3's QueryEmpty point); e.g. "default+persistent+earlyq",
-    "occ2+fast+persistent+earlyq"."""
+    "occ2+fast+persistent+earlyq". "snake" (implies "persistent"): tile_order "snake", the
+    persistent walk in "head" order with every second round handed to the CTAs in reverse, so
+    causal tiles even out per CTA (FA3 walks causal tiles dynamically); e.g.
+    "default+snake+earlyq", "default+snake" (hd64's two-CTA default)."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -160,6 +163,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         diet["fold_scale"] = True
     if "exact" in variant.split("+"):     # the diet off (the default schedule has it on)
         diet = {"approx_exp2": False, "fold_scale": False}
+    if "snake" in variant.split("+") and "persistent" not in variant.split("+"):
+        variant += "+persistent"   # the snake orders the persistent walk's rounds
     parts = variant.split("+")
     depth = [int(p[2:]) for p in parts if p.startswith("st") and p[2:].isdigit()]
     if depth:
@@ -176,6 +181,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["epilogue"] = "direct"
     if "lpt" in parts:      # heads fastest, then m tiles longest first (tile_order "lpt")
         extra["tile_order"] = "lpt"
+    if "snake" in parts:    # the persistent walk, odd rounds reversed (tile_order "snake")
+        extra["tile_order"] = "snake"
     if "own" in parts:      # causal: each warpgroup computes only the blocks its rows see
         extra["own_blocks"] = True
     if "earlyq" in parts:   # Q released after the tile's last S (fa3_overlap schedules)

@@ -116,6 +116,22 @@ class AttentionSchedule:
     # wgmma.agree and k-once (20 min of z3; counterexamples the interpreter runs right): its
     # false alarm, not the decode's (a unit's varying KV block count left the roles' step
     # counters unpaired; fixed in verify/transfer/control.py): it verifies clean in 2 s.
+    # "snake" (the persistent walk only): "head" order, with every second round of the walk
+    # reversed. The walk hands unit pid + r x programs to CTA pid in round r; under "snake"
+    # round r's units go to the CTAs in reverse in odd rounds (the last, partial round
+    # reversed over the units it has), so a CTA that took a long causal tile in one round
+    # takes a short one in the next: a static round robin of causal tiles in "head" order
+    # gives CTA pid the same positions every other round (at 1k, 8 m tiles a head, 132 CTAs:
+    # tiles of 8 and 4 blocks in turn to CTA 0, of 5 and 1 to CTA 3; the busiest CTA 1.21x
+    # (2k) to 1.83x (1k, two CTAs an SM) the mean's KV blocks, the snake 1.03x), which is
+    # why the causal walk lost to the grid (docs/perf/attention.md, short37 / short38). FA3
+    # walks causal tiles dynamically (hopper/tile_scheduler.hpp
+    # DynamicPersistentTileScheduler, an atomic tile counter); the snake is its static
+    # stand-in. A list-scheduling model of the bench's 16k tokens (a tile costs its KV blocks
+    # plus 1.15 blocks in the grid, prologue and epilogue exposed, fitted to the grid's 1k
+    # full rate; plus 0.44 in the walk, fitted to persistent+earlyq's) puts the causal
+    # makespan at 1k / 2k 6-15% over the ideal with the snake, 9-34% for the grid, 24-89%
+    # for the round robin walk
     tile_order: str = "head"
     # The occupancy hint (ag.occupancy): CTAs an SM holds at once. 2 renders
     # __launch_bounds__(threads, 2): the CTA's warpgroups share half the register file
@@ -212,8 +228,12 @@ class AttentionSchedule:
                             f"an SM")
         if self.num_sms < 1:
             problems.append(f"num_sms={self.num_sms} must be positive")
-        if self.tile_order not in ("head", "lpt"):
-            problems.append(f"tile_order={self.tile_order!r} is not 'head' or 'lpt'")
+        if self.tile_order not in ("head", "lpt", "snake"):
+            problems.append(f"tile_order={self.tile_order!r} is not 'head', 'lpt' or 'snake'")
+        if self.tile_order == "snake" and not self.persistent:
+            problems.append("tile_order='snake' orders the rounds of the persistent walk: it "
+                            "needs persistent=True (the one-CTA-a-tile grid is handed out by "
+                            "the hardware as CTAs finish)")
         problems += occupancy_problems(self.ctas_per_sm, self.consumers, self.producer_regs,
                                        self.consumer_regs)
         if self.ordered and self.consumers < 2:
@@ -623,6 +643,13 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
             walk, the program ids."""
             if not s.persistent:
                 return pid_b, pid_h, (m_tiles - 1 - pid_m if causal else pid_m)
+            if s.tile_order == "snake":
+                # round r of the walk (unit = pid + r x programs); odd rounds reversed over
+                # the rem units they hold: lane -> rem - 1 - lane, a permutation of each round
+                r = unit // programs
+                lane = unit - r * programs
+                rem = ag.minimum(programs, total - r * programs)
+                unit = unit + (r % 2) * (rem - 1 - 2 * lane)
             if lpt:
                 bm = unit // H
                 within = bm % m_tiles
