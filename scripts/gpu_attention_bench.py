@@ -147,7 +147,11 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     "occ2+fast+persistent+earlyq". "snake" (implies "persistent"): tile_order "snake", the
     persistent walk in "head" order with every second round handed to the CTAs in reverse, so
     causal tiles even out per CTA (FA3 walks causal tiles dynamically); e.g.
-    "default+snake+earlyq", "default+snake" (hd64's two-CTA default)."""
+    "default+snake+earlyq", "default+snake" (hd64's two-CTA default). "cl2" (full masks):
+    cluster_m=2, adjacent m tiles in a 2-CTA cluster sharing each K and V block by TMA
+    multicast (FA3's ClusterM at head dims >= 128); "default+cl2" keeps the default's walk
+    (refused at head dim 256's short full masks: the walk spills there), "default+grid+cl2"
+    the one-CTA-a-tile grid ("grid": persistent and early_q_release off on the default)."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -183,13 +187,22 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["tile_order"] = "lpt"
     if "snake" in parts:    # the persistent walk, odd rounds reversed (tile_order "snake")
         extra["tile_order"] = "snake"
+    if "cl2" in parts:      # full masks: CTA pairs share K and V by TMA multicast
+        extra["cluster_m"] = 2
     if "own" in parts:      # causal: each warpgroup computes only the blocks its rows see
         extra["own_blocks"] = True
     if "earlyq" in parts:   # Q released after the tile's last S (fa3_overlap schedules)
         extra["early_q_release"] = True
+    if "cl2" in parts and causal:
+        raise ValueError("cl2: full masks only")
     if parts[0] == "default":
         if "persistent" in parts:
             extra["persistent"] = True
+        if "grid" in parts:     # one CTA a tile (the default walks at short full masks)
+            extra["persistent"] = False
+            extra["early_q_release"] = False
+        if "cl2" in parts and default_schedule(head_dim, causal, seq_len).tile_order == "lpt":
+            extra["tile_order"] = "head"   # full masks: the order only moves L2 reuse
         return dataclasses.replace(default_schedule(head_dim, causal, seq_len), **diet,
                                    **extra)
     if parts[0] == "occ2" and head_dim == 128:

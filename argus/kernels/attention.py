@@ -197,6 +197,20 @@ class AttentionSchedule:
     # block before its Q (FA3's load order), so K_0 is not queued behind Q's stage. One CTA
     # per tile: only the load order changes
     early_q_release: bool = False
+    # 2: the CTAs of a 2-CTA cluster take adjacent m tiles of one (batch, head) and share its
+    # K and V blocks by TMA multicast: each CTA's producer loads half of every K and V box
+    # (block_n / 2 rows, by its cluster rank) into both CTAs' stage, so the L2 -> SM traffic
+    # of K and V halves (FA3 on sm90: ClusterM 2 for bf16 head dims >= 128 without a mask,
+    # hopper/flash_fwd_launch_template.h, the K / V loads multicast across the cluster). At
+    # 128 x 128 (head dim 128) a 128-key block is 64 KB of K and V for 8.4 MFLOP: at 590
+    # TFLOP/s over 132 SMs a CTA streams 35 GB/s, 4.6 TB/s for the chip, most of what the
+    # L2 delivers; the same at 128 x 64 (head dim 256). Full masks only (FA3's rule too: the
+    # pair's causal tiles would walk different KV block counts, and each CTA's stage waits
+    # for both halves). The grid (or the walk's units) pairs m tiles: 2 x cdiv(m tiles, 2),
+    # an odd count's last CTA loading its half for its peer and storing nothing (its rows
+    # lie past S). Not with tile_order "lpt" (heads fastest in the grid) nor FP8 (V^T's
+    # boxes are column atoms)
+    cluster_m: int = 1
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -230,6 +244,15 @@ class AttentionSchedule:
             problems.append(f"num_sms={self.num_sms} must be positive")
         if self.tile_order not in ("head", "lpt", "snake"):
             problems.append(f"tile_order={self.tile_order!r} is not 'head', 'lpt' or 'snake'")
+        if self.cluster_m not in (1, 2):
+            problems.append(f"cluster_m={self.cluster_m}: 1, or 2 (a CTA pair sharing K and V "
+                            f"by multicast)")
+        elif self.cluster_m == 2:
+            if self.tile_order == "lpt":
+                problems.append("cluster_m=2 pairs adjacent m tiles of one head: not with "
+                                "tile_order 'lpt' (heads fastest)")
+            if self.num_sms < 2:
+                problems.append("cluster_m=2 needs num_sms >= 2 (one pair)")
         if self.tile_order == "snake" and not self.persistent:
             problems.append("tile_order='snake' orders the rounds of the persistent walk: it "
                             "needs persistent=True (the one-CTA-a-tile grid is handed out by "
@@ -276,6 +299,15 @@ class AttentionSchedule:
             return problems
         if dtype.bits == 8:
             problems += self._fp8_problems()
+            if self.cluster_m > 1:
+                problems.append("cluster_m=2 splits K and V boxes by rows; the FP8 kernel's "
+                                "V^T boxes are column atoms: bf16 / f16 only")
+        if self.cluster_m > 1 and self.persistent and head_dim == 256:
+            # NVRTC 13.0: 8 / 28 bytes of spills with or without early_q_release (the K and
+            # V releases arrive on the peer's barriers too, beside O's 128 registers); the
+            # grid form builds clean
+            problems.append("cluster_m=2 with the persistent walk spills at head_dim=256: "
+                            "use the grid (persistent=False)")
         elif self.permuted_vt:
             problems.append(f"permuted_vt=True reads an FP8 V^T with permuted keys; {dtype} "
                             f"P already sits in the A fragment: leave it False")
@@ -612,12 +644,37 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
         group = H // K.shape[1]          # query heads per kv head (GQA / MQA)
         m_tiles = ag.cdiv(S, BM)
         lpt = s.tile_order == "lpt"
+        cs = s.cluster_m
+        if cs > 1 and causal:
+            raise ag.TraceError(f"cluster_m={cs}: the CTA pair shares every K and V block, so "
+                                f"both tiles must walk the same blocks: full masks only (FA3's "
+                                f"rule too)", fix="use cluster_m=1 under the causal mask")
+        # m tiles in pairs with the cluster (an odd count's last tile: rows past S, computed
+        # for its peer's loads and not stored)
+        m_slots = ag.cdiv(m_tiles, cs) * cs if cs > 1 else m_tiles
+        half = BN // cs           # K and V rows of a block each CTA of the pair loads
         if s.ctas_per_sm > 1:
             ag.occupancy(s.ctas_per_sm)
-        if s.persistent:
+        rank = 0
+        if s.persistent and cs > 1:
+            # the walk over pairs: a unit is cs adjacent m tiles of one (batch, head), one per
+            # CTA of a cluster, and both CTAs walk the same units (their K and V steps pair
+            # with the peer's). (Units of single m slots walked by adjacent program ids build
+            # the same registers and do not verify: the peers' units are then related only
+            # through pid % cs == rank, which the verifier does not know.)
+            total = m_slots // cs * (B * H)
+            programs = ag.minimum(total, s.num_sms * s.ctas_per_sm // cs)
+            (cid,) = ag.grid(programs * cs, cluster=cs)
+            rank = ag.cluster_rank()
+            pid = cid // cs
+        elif s.persistent:
             total = m_tiles * (B * H)
             programs = ag.minimum(total, s.num_sms * s.ctas_per_sm)
             (pid,) = ag.grid(programs)
+        elif cs > 1:
+            pid_m, pid_h, pid_b = ag.grid(m_slots, H, B, cluster=cs)
+            rank = ag.cluster_rank()
+            pid, total, programs = 0, 1, 1
         elif lpt:  # one CTA per tile, heads fastest (the hardware launches x first)
             pid_h, pid_m, pid_b = ag.grid(H, m_tiles, B)
             pid, total, programs = 0, 1, 1
@@ -650,6 +707,10 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 lane = unit - r * programs
                 rem = ag.minimum(programs, total - r * programs)
                 unit = unit + (r % 2) * (rem - 1 - 2 * lane)
+            if cs > 1:   # pairs of m tiles (full masks): this CTA's by its rank
+                pairs = m_slots // cs
+                bh = unit // pairs
+                return bh // H, bh % H, unit % pairs * cs + rank
             if lpt:
                 bm = unit // H
                 within = bm % m_tiles
@@ -673,8 +734,13 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 def load_k(j):
                     with k_pipe.produce() as st:
                         for a in range(atoms):
-                            ag.tma.load(sK[st].rows_of(a * BN, BN), K,
-                                        (b, hk, j * BN, acols * a))
+                            if cs > 1:   # this CTA's share of the rows, into both CTAs
+                                ag.tma.load(sK[st].rows_of(a * BN + rank * half, half), K,
+                                            (b, hk, j * BN + rank * half, acols * a),
+                                            multicast=True)
+                            else:
+                                ag.tma.load(sK[st].rows_of(a * BN, BN), K,
+                                            (b, hk, j * BN, acols * a))
 
                 def load_v(j):
                     with v_pipe.produce() as st:
@@ -682,6 +748,11 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                             for a in range(vatoms):
                                 ag.tma.load(sV[st].rows_of(a * D, D), V,
                                             (b, hk, 0, j * BN + vcols * a))
+                        elif cs > 1:
+                            for a in range(atoms):
+                                ag.tma.load(sV[st].rows_of(a * BN + rank * half, half), V,
+                                            (b, hk, j * BN + rank * half, 64 * a),
+                                            multicast=True)
                         else:
                             for a in range(atoms):
                                 ag.tma.load(sV[st].rows_of(a * BN, BN), V,
