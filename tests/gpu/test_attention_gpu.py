@@ -275,3 +275,32 @@ def test_three_warpgroups_at_head_dim_128(causal):
     err = (out.double() - want).abs()
     per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 1000, 64)]
     assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
+
+
+SHORT_LEVERS = [("default+snake+earlyq", 128, True), ("default+snake", 128, True),
+                ("default+snake", 64, True), ("default+snake+earlyq", 256, True),
+                ("default+snake", 256, True),
+                ("default+cl2", 128, False), ("default+cl2", 64, False),
+                ("default+grid+cl2", 256, False), ("default+grid+cl2", 128, False)]
+
+
+@pytest.mark.parametrize("S", [1000, 2100])
+@pytest.mark.parametrize("variant,D,causal", SHORT_LEVERS,
+                         ids=[f"{v}-d{d}-{'causal' if c else 'full'}"
+                              for v, d, c in SHORT_LEVERS])
+def test_short_prefill_levers(variant, D, causal, S):
+    """tile_order "snake" (the causal walk, odd rounds reversed) and cluster_m=2 (full masks,
+    K and V multicast to a CTA pair; odd m tile counts at S 2100 with 128-row tiles): every
+    64-row block against float64, GQA 2:1, SK = S + 76 (bench tokens, scripts/
+    gpu_attention_bench.py variant_schedule; 2100 takes the 2k rule's schedule)."""
+    import argus.ops
+    from tests.loading import load_script
+
+    schedule = load_script("gpu_attention_bench").variant_schedule(
+        variant, D, causal, 1024 if S <= 1024 else 2048)
+    q, k, v = _inputs(2, 4, 2, S, S + 76, D, "bhsd", torch.bfloat16, seed=D + S + causal)
+    out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(D))
+    err = (out.double() - want).abs()
+    per_block = [err[:, :, r:r + 64].max().item() for r in range(0, S, 64)]
+    assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"

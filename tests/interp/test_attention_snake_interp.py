@@ -34,3 +34,14 @@ def test_snake_walk(variant, head_dim, causal, B, H, HKV, S, SK, num_sms):
     assert schedule.persistent and schedule.tile_order == "snake"
     assert_close(*run(B, H, HKV, S, SK, head_dim, causal, schedule,
                       seed=S + SK + head_dim + causal))
+
+
+@pytest.mark.parametrize("variant", ["default+snake", "default+snake+earlyq"])
+def test_snake_with_own_blocks(variant):
+    """Head dim 256's causal default at 1k < S <= 4k has own_blocks (each warpgroup computes
+    only the blocks its rows see): with the snake the walk releases the rest unread, per
+    unit, in the reversed rounds too. (The verifier leaves pipe.totals unknown for own_blocks
+    in any persistent walk, snake or not: the per-unit split blocks + (loaded - blocks).)"""
+    schedule = dataclasses.replace(BENCH.variant_schedule(variant, 256, True, 2048), num_sms=3)
+    assert schedule.own_blocks and schedule.tile_order == "snake"
+    assert_close(*run(2, 2, 1, 300, 330, 256, True, schedule, seed=256))
