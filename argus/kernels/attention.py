@@ -302,15 +302,15 @@ class AttentionSchedule:
             if self.cluster_m > 1:
                 problems.append("cluster_m=2 splits K and V boxes by rows; the FP8 kernel's "
                                 "V^T boxes are column atoms: bf16 / f16 only")
+        elif self.permuted_vt:
+            problems.append(f"permuted_vt=True reads an FP8 V^T with permuted keys; {dtype} "
+                            f"P already sits in the A fragment: leave it False")
         if self.cluster_m > 1 and self.persistent and head_dim == 256:
             # NVRTC 13.0: 8 / 28 bytes of spills with or without early_q_release (the K and
             # V releases arrive on the peer's barriers too, beside O's 128 registers); the
             # grid form builds clean
             problems.append("cluster_m=2 with the persistent walk spills at head_dim=256: "
                             "use the grid (persistent=False)")
-        elif self.permuted_vt:
-            problems.append(f"permuted_vt=True reads an FP8 V^T with permuted keys; {dtype} "
-                            f"P already sits in the A fragment: leave it False")
         need = smem_bytes(self, head_dim, dtype)
         share = smem_per_sm_share(self.ctas_per_sm)
         if need > share:
