@@ -761,7 +761,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
-                             "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, earlyq, bnN, "
+                             "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, earlyq, snake, "
+                             "cl2, grid, bnN, "
                              "stN, emuN, "
                              "ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "
