@@ -704,8 +704,10 @@ def smem(shape, dtype: DType, swizzle: int = 0) -> SmemBuffer:
     return SmemBuffer(v)
 
 
-def pipeline(stages: int, consumers: int = 1) -> Pipe:
-    """An mbarrier ring of `stages` slots released by `consumers` consumer warpgroups."""
+def pipeline(stages: int, consumers: int = 1, payload: bool = False) -> Pipe:
+    """An mbarrier ring of `stages` slots released by `consumers` consumer warpgroups. With
+    payload=True each slot also carries one int32 from its produce step to its consume steps
+    (`pipe.produce(payload=x)`, `pipe.payload(stage)`)."""
     ctx = current("ag.pipeline")
     loc = user_loc()
     if not isinstance(stages, int) or not 1 <= stages <= 16:
@@ -714,9 +716,11 @@ def pipeline(stages: int, consumers: int = 1) -> Pipe:
         raise TraceError(f"pipeline consumers (warpgroups that release each slot) must be an "
                          f"int in [1, 4], got {consumers!r}", loc,
                          fix="pass the number of consumer warpgroups, e.g. consumers=2")
+    if not isinstance(payload, bool):
+        raise TraceError(f"ag.pipeline(payload={payload!r}): True or False", loc)
     v = ctx.builder.fresh(PipeType(stages), "pipe")
-    ctx.builder.append(O.PipelineCreate(v, consumers, loc=loc))
-    return Pipe(v)
+    ctx.builder.append(O.PipelineCreate(v, consumers, payload=payload, loc=loc))
+    return Pipe(v, payload)
 
 
 def _view(x, what: str, loc) -> SmemView:

@@ -29,8 +29,9 @@ class Pipe:
     """A producer/consumer ring. `produce()`/`consume()` open one pipeline step and yield the
     stage index; the compiler derives stage and phase parity from per-role step counters."""
 
-    def __init__(self, value: Value):
+    def __init__(self, value: Value, payload: bool = False):
         self.value = value
+        self.has_payload = payload
 
     @property
     def stages(self) -> int:
@@ -100,8 +101,37 @@ class Pipe:
                          else steps, loc=loc))
 
     @contextlib.contextmanager
-    def produce(self) -> Iterator[Scalar]:
-        yield from self._step(O.Produce)
+    def produce(self, payload=None) -> Iterator[Scalar]:
+        """payload (a pipeline made with payload=True): an int32 scalar this step puts into its
+        slot, read back by the consume steps of the same fill (`Pipe.payload`)."""
+        value = None
+        if payload is not None:
+            loc = user_loc()
+            if not self.has_payload:
+                raise TraceError("pipe.produce(payload=...) on a pipeline without payload "
+                                 "words", loc, fix="create it with ag.pipeline(..., "
+                                 "payload=True)")
+            p = as_scalar(payload)
+            if p.dtype != dtypes.i32 or not p.uniform:
+                raise TraceError("a pipeline payload is a uniform int32 scalar", loc)
+            value = p.value
+        yield from self._step(O.Produce, payload=value)
+
+    def payload(self, stage) -> Scalar:
+        """Inside a consume step of this pipeline (its `stage`): the int32 the produce step
+        that filled the slot put there (`produce(payload=...)`)."""
+        ctx = current()
+        loc = user_loc()
+        if not self.has_payload:
+            raise TraceError("pipe.payload on a pipeline without payload words", loc,
+                             fix="create it with ag.pipeline(..., payload=True)")
+        if (True, self.value.id) not in ctx.open_steps:
+            raise TraceError("pipe.payload outside a consume step of its pipeline: the word "
+                             "is the slot's only between the full wait and the release", loc,
+                             fix="read it inside `with pipe.consume() as stage:`")
+        r = ctx.builder.fresh(ScalarType(dtypes.i32), "pay")
+        _emit(O.PipePayload(r, self.value, as_scalar(stage).value, loc=loc))
+        return Scalar(r)
 
     @contextlib.contextmanager
     def consume(self, whole_step: bool = False) -> Iterator[Scalar]:

@@ -157,7 +157,9 @@ class PipelineCreate(Op):
     Stage and phase parity of every produce/consume are derived from per-role counters that
     continue across loops, so persistent kernels stay in phase. `peers` (set by lowering) is
     the number of CTAs whose producers write each slot (the cluster size when loads multicast):
-    a slot is then released by every consumer warpgroup of every peer CTA."""
+    a slot is then released by every consumer warpgroup of every peer CTA. `payload`: each slot
+    also holds one int32 that a produce step writes (Produce.payload) and the consume steps of
+    the same fill read (PipePayload), e.g. the unit of work a dynamic scheduler drew."""
 
     NAME = "pipeline"
     RESULTS = ("result",)
@@ -167,13 +169,17 @@ class PipelineCreate(Op):
     result: Value
     consumers: int
     peers: int = 1
+    payload: bool = field(default=False, metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)
 class Produce(Op):
     """One producer step: wait for slot `stage` to be empty, run `body` (TMA loads into that
     slot), arm the full barrier with the bytes the body's TMA loads deliver (`tx_bytes`, filled
-    in by lowering)."""
+    in by lowering). `payload` (a pipeline created with payload=True): an int32 scalar written
+    into the slot's payload word after the empty wait and before the full barrier is armed, by
+    the thread that arms it (its arrive releases the write; a consumer's full wait acquires
+    it), so the consume steps of this fill read it with PipePayload."""
 
     NAME = "produce"
     RESULTS = ("stage",)
@@ -183,6 +189,22 @@ class Produce(Op):
     tx_bytes: int = 0
     stage_expr: str = ""
     parity_expr: str = ""
+    payload: Value | None = field(default=None, metadata={"elide_default": True})
+
+
+@dataclass(frozen=True)
+class PipePayload(Op):
+    """The int32 payload of slot `stage` of `pipe` (a pipeline created with payload=True): what
+    the produce step that filled the slot wrote (Produce.payload). Legal only inside a consume
+    step of `pipe` whose stage value is `stage`: the step's full wait orders the producer's
+    write before this read, and the slot (with its word) is not refilled before this step
+    releases it."""
+
+    NAME = "pipe.payload"
+    RESULTS = ("result",)
+    result: Value
+    pipe: Value
+    stage: Value
 
 
 @dataclass(frozen=True)
@@ -917,8 +939,11 @@ class Elect(Op):
 # What one thread may do for its warpgroup inside an `elect`: index math, control, uniform
 # scalar reads from global memory (a producer reading its coordinates: the value feeds only
 # ops inside the elected body), pipeline produce steps and their TMA loads, smem views.
+# AtomicFetchAdd: a producer's draw of its next unit from a global work counter (dynamic
+# scheduler): one atomic per warpgroup, which the elected thread runs alone (codegen renders
+# it without the group barriers and broadcast slot it needs for a whole group)
 ELECTABLE = (Const, Arith, For, If, LoadScalar, Produce, TmaLoad, TmaPrefetch, SmemSlice,
-             ClusterRank)
+             ClusterRank, AtomicFetchAdd)
 
 
 def electable(op: Op) -> bool:
@@ -976,6 +1001,6 @@ ALL_OPS: dict[str, type[Op]] = {
                 Load, Gather, SmemGather, LoadScalar, Store, AtomicAdd, AtomicFetchAdd, Fence,
                 GridDepWait, GridDepLaunch, Full, Elementwise,
                 Convert, Reduce, Scan, TileSlice, Var, Assign, ConvertLayout, Arange,
-                ExpandDims, PipeSkip, Elect) + SYNC_OPS
+                ExpandDims, PipeSkip, PipePayload, Elect) + SYNC_OPS
     + ORDERED_OPS
 }

@@ -62,9 +62,30 @@ class GemmSchedule(WarpSpecializedSchedule):
     # partials in slice order and runs the epilogue, so no second launch (and no pass over
     # the partials after the GEMM's last wave) is paid
     tail_finish: str = "kernel"
+    # who hands out the persistent walk's units: "static", each CTA strides over units
+    # first, first + programs, ... (TileScheduler.units); "dynamic", each CTA's producer draws
+    # its next unit from a global work counter in the order CTAs ask (TileScheduler.draws) and
+    # passes it to the consumers in its ring's slots, so the units running at one time stay
+    # neighbours in the raster (docs/design/dynamic_scheduler.md). The kernel then takes an
+    # int32 counter [1], zero before the first launch (each launch leaves it zero):
+    # gemm_kernel(..., dynamic=True)
+    scheduler: str = "static"
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if self.scheduler not in ("static", "dynamic"):
+            problems.append(f"scheduler={self.scheduler!r} is not 'static' or 'dynamic'")
+        elif self.scheduler == "dynamic":
+            # the prototype: the cooperative persistent walk without clusters (a cluster's
+            # CTAs must work on one unit: rank 0 would draw for both) or tail splits
+            why = [what for what, bad in (
+                ("persistent=True", not self.persistent), ("pingpong=False", self.pingpong),
+                ("cluster_m=1", self.cluster_m != 1), ("tail_splits=1", self.tail_splits != 1),
+                ("split_k=1", self.split_k != 1)) if bad]
+            if why:
+                problems.append(f"scheduler='dynamic' draws the units of the persistent "
+                                f"cooperative walk one CTA at a time: it needs "
+                                f"{', '.join(why)}")
         if self.epilogue == "tma" and self.bn % 16:
             problems.append(f"the TMA-store epilogue stores blocks of 64, 32 or 16 columns; "
                             f"bn={self.bn}")
@@ -117,7 +138,8 @@ class GemmSchedule(WarpSpecializedSchedule):
 @functools.lru_cache(maxsize=None)
 def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout: str = "nk",
                 batched: bool = False, tail_splits: int = 1,
-                precision: str | None = None, tail_fused: bool = False) -> ag.KernelFunction:
+                precision: str | None = None, tail_fused: bool = False,
+                dynamic: bool = False) -> ag.KernelFunction:
     """The GEMM kernel for one problem kind (cached: one KernelFunction per kind).
 
     precision="tf32" (fp32 inputs only): the product runs as wgmma `.tf32` on the fp32 data
@@ -142,7 +164,13 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
     call; every call leaves it zero): each consumer warpgroup, after storing its rows of its
     slice's partial, draws a ticket from its (tile, warpgroup) counter, and the one that draws
     the last (S - 1) adds the S partials of those rows in slice order and stores them into C
-    through the normal epilogue (`_finish_tail`), so C is written whole by this kernel."""
+    through the normal epilogue (`_finish_tail`), so C is written whole by this kernel.
+
+    dynamic: the kernel of `GemmSchedule(scheduler="dynamic")`, which takes one more tensor
+    after C, Work [1] int32, the global work counter (zero before the first call; every call
+    leaves it zero; one counter per stream: two launches running at once must not share it).
+    Each CTA runs as many units as on the static walk, but which ones its producer draws from
+    Work, handing each to the consumers with its ring's slots (TileScheduler.draws/slots)."""
     if b_layout not in ("nk", "kn"):
         raise ValueError(f"b_layout must be 'nk' ([N, K], K contiguous) or 'kn' ([K, N]), got "
                          f"{b_layout!r}")
@@ -162,7 +190,10 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
     lead = ("Bt",) if batched else ()
     b_dims = ("N", "K") if b_layout == "nk" else ("K", "N")
 
-    def body(A, B, C, s: GemmSchedule, tail):
+    if dynamic and tail_splits != 1:
+        raise ValueError("gemm_kernel(dynamic=True) draws whole units: it needs tail_splits=1")
+
+    def body(A, B, C, s: GemmSchedule, tail, work=None):
         M, K = A.shape[-2], A.shape[-1]
         N = B.shape[-2] if b_layout == "nk" else B.shape[-1]
         cs = s.cluster_m
@@ -196,6 +227,12 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                 f"one was built with tail_fused={tail_fused}",
                                 fix="call argus.ops.matmul(a, b, schedule=...), or pass the "
                                     "matching tail_fused")
+        if (s.scheduler == "dynamic") != dynamic:
+            raise ag.TraceError(f"GemmSchedule(scheduler={s.scheduler!r}) needs the kernel "
+                                f"gemm_kernel(..., dynamic={s.scheduler == 'dynamic'}) (the "
+                                f"dynamic walk takes its work counter as an argument); this one "
+                                f"was built with dynamic={dynamic}",
+                                fix="pass the matching dynamic")
         if mn_major_b and s.bn % 64:
             raise ag.TraceError(f"GemmSchedule(bn={s.bn}): an MN-major B ([K, N], N contiguous) "
                                 f"is read in 64-column atoms, so bn must be a multiple of 64",
@@ -214,7 +251,7 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
         ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, in_dtype,
                                  1 if s.pingpong else s.consumers, k_atoms=s.k_atoms,
                                  mn_major_a=mn_major_a, mn_major_b=mn_major_b,
-                                 precision=precision)
+                                 precision=precision, payload=dynamic)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
         if s.epilogue == "tma":  # a ping-pong warpgroup stages its whole tile: bm rows
@@ -234,6 +271,23 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
             ag.tag_assume(lambda: ag.tag_all(ag.sym(sliced_a.shape[0]) == tail_splits,
                                              ag.sym(partials.shape[2]) == s.bm,
                                              ag.sym(partials.shape[3]) == s.bn))
+
+        if dynamic:   # the producer draws each unit; the consumers read it from the ring
+            with ag.role("producer", warpgroups=1, regs=s.producer_regs):
+                for ticket, unit in sched.draws(work):
+                    ring.load(k_steps, lhs, rhs, unit, payload=ticket)
+            with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
+                for _ in sched.slots():
+                    acc, ticket = ring.mma(k_steps, wg, zero_by_wgmma=s.zero_by_wgmma,
+                                           payload=True)
+                    unit = sched.locate(ticket)
+                    if s.epilogue == "tma":
+                        store_tile_staged(C, unit, wg, acc, staging, bm=s.bm, bn=s.bn,
+                                          rows=rows, finish=finish)
+                    else:
+                        store_tile(C, unit, wg, acc, bm=s.bm, bn=s.bn, rows=rows,
+                                   finish=finish, transposed=s.swap_ab)
+            return
 
         with ag.role("producer", warpgroups=1, regs=s.producer_regs):
             for unit in sched.units():
@@ -282,7 +336,14 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                         _finish_tail(C, partials, count, unit, q, wg, tail_splits, bm=s.bm,
                                      bn=s.bn, rows=rows, finish=finish)
 
-    if tail_splits == 1:
+    if dynamic:
+        def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
+                 B: ag.Tensor[(*lead, *b_dims, in_dtype)],
+                 C: ag.Tensor[(*lead, "M", "N", out_dtype)],
+                 Work: ag.Tensor[("W", ag.i32)],
+                 s: GemmSchedule = GemmSchedule(scheduler="dynamic")):
+            body(A, B, C, s, None, Work)
+    elif tail_splits == 1:
         def gemm(A: ag.Tensor[(*lead, "M", "K", in_dtype)],
                  B: ag.Tensor[(*lead, *b_dims, in_dtype)],
                  C: ag.Tensor[(*lead, "M", "N", out_dtype)],
@@ -318,6 +379,8 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
     in_name = precision or in_dtype.name
     name = "gemm" if default else (f"gemm_{in_name}_{out_dtype.name}_{b_layout}"
                                    + ("_batched" if batched else ""))
+    if dynamic:
+        return ag.kernel(gemm, name=f"{name}_dynamic")
     if tail_splits == 1:
         return ag.kernel(gemm, name=name)
     if tail_fused:  # the last slice of each tail tile stores it: C is this kernel's whole

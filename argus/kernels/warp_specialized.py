@@ -283,6 +283,24 @@ class TileScheduler:
         for unit in ag.range(self.first, end, self.programs):
             yield self.locate(unit)
 
+    def draws(self, counter) -> Iterator[tuple]:
+        """The dynamic scheduler's producer loop (docs/design/dynamic_scheduler.md): as many
+        iterations as `units` (this CTA's share of the walk), each drawing the next unit of
+        the launch from the global work counter `counter` [1] int32 (atom.inc with wrap =
+        total: the units in the order CTAs ask for them, so the units running at one time are
+        neighbours in the raster; the total draws of a launch leave the counter where they
+        found it, 0). Yields (ticket, unit); the producer hands the ticket to the consumers
+        through its ring's payload words (`OperandRing.load(payload=ticket)`)."""
+        for _ in ag.range(self.first, self.total, self.programs):
+            ticket = ag.atomic_fetch_add(counter, (0,), wrap=self.total)
+            yield ticket, self.locate(ticket)
+
+    def slots(self) -> Iterator[object]:
+        """The dynamic scheduler's consumer loop: the same iterations as `draws` (so the step
+        counters agree), the unit of each read from the ring (`OperandRing.mma(payload=True)`,
+        then `locate`)."""
+        yield from ag.range(self.first, self.total, self.programs)
+
     def tail_units(self) -> Iterator[tuple]:
         """With tail splits: a runtime loop, after `units`, over this CTA's units of the last
         partial wave's K slices, yielding (slice, q, unit): K slice `slice` of tail tile `q`
@@ -369,7 +387,8 @@ class OperandRing:
     @classmethod
     def alloc(cls, stages: int, bm: int, bn: int, bk: int, dtype: DType, consumers: int, *,
               k_atoms: int = 1, mn_major_a: bool = False, mn_major_b: bool = False,
-              precision: str | None = None, swizzle: int = 128) -> OperandRing:
+              precision: str | None = None, swizzle: int = 128,
+              payload: bool = False) -> OperandRing:
         """Allocate the ring (A, then B, then the pipeline released by `consumers`).
         `precision` is ag.wgmma's (f32 operands need "tf32": 32 of them per 128-byte row,
         so bk = 32). `swizzle`: the bytes of one K-major row (bk * element bytes: 32 or 64 for
@@ -379,7 +398,9 @@ class OperandRing:
                      dtype, swizzle=swizzle)
         sB = ag.smem((stages, k_atoms * _atom_rows(bn, bk, mn_major_b), 64 if mn_major_b else bk),
                      dtype, swizzle=swizzle)
-        pipe = ag.pipeline(stages, consumers=consumers)
+        # payload: a unit id per slot, the dynamic scheduler's hand-off (TileScheduler.draws)
+        pipe = ag.pipeline(stages, consumers=consumers, payload=True) if payload else \
+            ag.pipeline(stages, consumers=consumers)
         return cls(sA, sB, pipe, bm, bn, bk, k_atoms, consumers, mn_major_a, mn_major_b,
                    precision)
 
@@ -387,11 +408,15 @@ class OperandRing:
         """Pipeline steps over K: each consumes k_atoms * bk of it."""
         return ag.cdiv(K, self.bk * self.k_atoms)
 
-    def load(self, k_steps, a, b, unit: Unit, *, rank=0, cluster: int = 1) -> None:
+    def load(self, k_steps, a, b, unit: Unit, *, rank=0, cluster: int = 1,
+             payload=None) -> None:
         """The producer's loop for one unit: every K step, A's m tile and B's n tile into the
-        next free stage; B is shared by the `cluster` CTAs (multicast), A is each CTA's own."""
+        next free stage; B is shared by the `cluster` CTAs (multicast), A is each CTA's own.
+        payload: an int32 put into every step's slot (the unit's ticket, for consumers that
+        learn their unit from the ring: `mma(payload=True)`)."""
         for k in ag.range(k_steps):
-            with self.pipe.produce() as stage:
+            with self.pipe.produce(**({} if payload is None else {"payload": payload})) \
+                    as stage:
                 for atom in range(self.k_atoms):
                     k0 = (k * self.k_atoms + atom) * self.bk
                     load_tile(self.a[stage], atom * self.a_rows, a, unit.batch, unit.m,
@@ -402,15 +427,21 @@ class OperandRing:
 
     # ------------------------------------------------------------------------- consumer
 
-    def mma(self, k_steps, wg, *, zero_by_wgmma: bool = False, check_a=None):
+    def mma(self, k_steps, wg, *, zero_by_wgmma: bool = False, check_a=None,
+            payload: bool = False):
         """The consumer's main loop for one unit: warpgroup `wg` multiplies its 64 rows of A
         with all of B over every K step into a fresh fp32 accumulator, returned. check_a(view):
         called with each A view right before its wgmma, to state tag assertions on what it
-        holds (ag.tag_assert: no code)."""
+        holds (ag.tag_assert: no code). payload=True: returns (acc, word), the word the
+        producer put into the unit's slots (`load(payload=...)`), read in every step (each
+        carries the same; k_steps >= 1, else it stays -1)."""
         rows = self.bm // self.consumers
         acc = ag.zeros((rows, self.bn), ag.f32, by_wgmma=zero_by_wgmma)
+        word = ag.scalar(-1, ag.i32) if payload else None
         for k in ag.range(k_steps):
             with self.pipe.consume() as stage:
+                if payload:
+                    word = self.pipe.payload(stage)
                 for atom in range(self.k_atoms):
                     # this consumer's 64 rows: one [BK][64] atom if MN-major
                     a_view = self.a[stage].rows_of(atom * self.a_rows + wg * self.bk, self.bk) \
@@ -421,7 +452,7 @@ class OperandRing:
                     ag.wgmma(a_view, self.b[stage].rows_of(atom * self.b_rows, self.b_rows), acc,
                              trans_b=self.mn_major_b, trans_a=self.mn_major_a,
                              precision=self.precision)
-        return acc
+        return (acc, word) if payload else acc
 
     def mma_tile(self, k_steps, *, zero_by_wgmma: bool = False, check_a=None) -> list:
         """A ping-pong consumer's main loop for one unit: this warpgroup multiplies the whole

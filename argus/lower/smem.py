@@ -58,6 +58,8 @@ def run(kernel: Kernel) -> Kernel:
         if isinstance(op, O.PipelineCreate):
             offset = _align(offset, 8)
             nbytes = 2 * op.result.type.stages * 8
+            if op.payload:   # a payload word per slot after the barriers
+                nbytes += 4 * op.result.type.stages
             plan.append((op.result.id, offset, nbytes, 8))
             offset += nbytes
     # the exchange buffers last: small and unswizzled, they pad nothing there

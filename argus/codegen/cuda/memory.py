@@ -537,7 +537,9 @@ def atomic_fetch_add(em: _Emitter, op: O.AtomicFetchAdd) -> None:
     """A group barrier, thread 0 of the group runs the atomic (atom.acq_rel.gpu.global.add.u32,
     or .inc.u32 with wrap) into this group's slot of the op's scratch, a group barrier,
     every thread reads the slot (ir.ops.AtomicFetchAdd). The slot's next write (the op's next
-    execution) comes after that execution's first barrier, which every reader has passed."""
+    execution) comes after that execution's first barrier, which every reader has passed.
+    Inside an elect of one thread (a producer drawing its next unit) that thread runs the
+    atomic into a register of its own: no other thread of the group runs the body."""
     if len(op.scratch) != 1:
         raise CompileError("atomic.fetch_add: its broadcast slot was not placed", op.loc,
                            fix="run lower.smem (argus.lower.run) before rendering")
@@ -550,6 +552,11 @@ def atomic_fetch_add(em: _Emitter, op: O.AtomicFetchAdd) -> None:
     atom = (f"ag::atom_inc_acq_rel_gpu({ptr}, (ag::uint32_t)({em.name(op.wrap)} - 1))"
             if op.wrap is not None
             else f"ag::atom_add_acq_rel_gpu({ptr}, (ag::uint32_t){em.name(op.value)})")
+    if em.elected:   # one thread runs the group's whole body: it alone needs the old value
+        n = f"v{op.result.id}"
+        em.emit(f"const int {n} = ({' && '.join(conds)}) ? (int){atom} : -1;")
+        em.names[op.result.id] = n
+        return
     copies, wg = em.role_copies
     slot = f"{em.name(op.scratch[0])}[{wg if copies > 1 else 0}]"
     em.emit(em.group_barrier() + "  // the group's earlier ops (and fences) before the atomic")

@@ -20,6 +20,9 @@ def pipeline_create(em: _Emitter, op: O.PipelineCreate) -> None:
     em.emit(f"ag::uint64_t* const full{op.result.id} = "
             f"reinterpret_cast<ag::uint64_t*>(smem + {offset});")
     em.emit(f"ag::uint64_t* const empty{op.result.id} = full{op.result.id} + {stages};")
+    if op.payload:  # one int32 word per slot after the barriers (lower/smem.py sizes it)
+        em.emit(f"int* const pay{op.result.id} = "
+                f"reinterpret_cast<int*>(empty{op.result.id} + {stages});")
     em.emit("if (threadIdx.x == 0) {")
     em.emit(f"    for (int s = 0; s < {stages}; ++s) {{")
     em.emit(f"        ag::mbar_init(&full{op.result.id}[s], {op.FULL_ARRIVALS});")
@@ -47,6 +50,8 @@ def _pipeline_step(em: _Emitter, op, kind: str) -> None:
     bar = f"empty{pid}" if kind == "produce" else f"full{pid}"
     em.emit(f"ag::mbar_wait(&{bar}[{st}], {_render_expr(op.parity_expr, n, stages)});")
     if kind == "produce":
+        if op.payload is not None:  # before the arrive, by its thread: the arrive releases it
+            em.emit(f"pay{pid}[{st}] = {em.name(op.payload)};")
         em.emit(f"ag::mbar_arrive_expect_tx(&full{pid}[{st}], {op.tx_bytes});")
         em.current_full = f"&full{pid}[{st}]"
         em.region(op.body)
@@ -72,3 +77,13 @@ def pipe_skip(em: _Emitter, op: O.PipeSkip) -> None:
     steps = op.steps if isinstance(op.steps, int) else em.name(op.steps)
     em.emit(f"n{op.pipe.id} += {steps} > 0 ? {steps} : 0;  // steps another warpgroup "
             f"consumes in its turn")
+
+
+@rule(O.PipePayload)
+def pipe_payload(em: _Emitter, op: O.PipePayload) -> None:
+    """A read of the slot's payload word inside its consume step: after the full wait (an
+    acquire of the producer's write), before the release. volatile: the wait is asm the
+    compiler must not move the load above."""
+    n = f"v{op.result.id}"
+    em.emit(f"const int {n} = *(volatile int*)&pay{op.pipe.id}[{em.name(op.stage)}];")
+    em.names[op.result.id] = n

@@ -59,10 +59,12 @@ class _PipeState:
     fills: list[int] = field(default_factory=list)
     releases: list[int] = field(default_factory=list)
     arrivals: dict[tuple[int, int], int] = field(default_factory=dict)
+    payloads: list = field(default_factory=list)   # each slot's int32 word (payload=True)
 
     def __post_init__(self):
         self.fills = [0] * self.stages
         self.releases = [0] * self.stages
+        self.payloads = [None] * self.stages
 
 
 class _Blocked:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from argus.ir import ops as O
-from argus.runtime.interp.machine import _Blocked, _Group, _Interp, _PipeState
+from argus.runtime.interp.machine import InterpError, _Blocked, _Group, _Interp, _PipeState
 from argus.runtime.interp.registry import rule
 
 
@@ -28,6 +28,8 @@ def produce(m: _Interp, g: _Group, op: O.Produce) -> Iterator[_Blocked]:
     while p.releases[s] < phase:
         yield _Blocked(f"{g.name} waits for slot {s} to be released (step {n})")
     g.env[op.stage.id] = s
+    if op.payload is not None:   # written before the fill, as before the full barrier's arm
+        p.payloads[s] = int(m.val(g, op.payload))
     yield from m.run_region(g, op.body)
     p.fills[s] += 1
     m.events += 1
@@ -49,3 +51,14 @@ def consume(m: _Interp, g: _Group, op: O.Consume) -> Iterator[_Blocked]:
         p.releases[s] += 1
     m.events += 1
     g.counters[op.pipe.id] = n + 1
+
+
+@rule(O.PipePayload)
+def pipe_payload(m: _Interp, g: _Group, op: O.PipePayload) -> None:
+    """The word of the slot this consume step holds (full, not yet released: its fill's)."""
+    p: _PipeState = m.val(g, op.pipe)
+    word = p.payloads[m.val(g, op.stage)]
+    if word is None:
+        raise InterpError(f"{g.name} reads the payload of slot {m.val(g, op.stage)}, which no "
+                          f"produce step wrote")
+    g.env[op.result.id] = word

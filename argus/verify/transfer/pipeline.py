@@ -12,6 +12,8 @@ pass of a loop as in the recorded one; only the recorded pass lists the step.
 
 from __future__ import annotations
 
+import z3
+
 from argus.ir import ops as O
 from argus.verify.transfer.domain import PipeInfo, Rule, StepInfo, _num, _Unsupported
 
@@ -37,8 +39,21 @@ def step(m: Model, op: O.Produce | O.Consume, scopes, role, counters, following)
     m._walk(op.body, scopes + (m._scope(kind, op, None, ()),), role, counters)
 
 
+def pipe_payload(m: Model, op: O.PipePayload, scopes, role, counters, following) -> None:
+    # the word the fill of this step's slot carries: a function of the consume step's counter
+    # n alone (the fill of step n), unconstrained. Not yet tied to the producer's written value
+    # (the producer's step n is another instance): a kernel whose coordinates come from it
+    # proves nothing of them (docs/design/dynamic_scheduler.md, what the verifier must prove)
+    info = m.steps_by_stage.get(op.stage.id)
+    if info is None:
+        raise _Unsupported("pipe.payload outside a consume step")
+    fn = z3.Function(f"payload{op.pipe.id}", z3.IntSort(), z3.IntSort())
+    m.sym[op.result.id] = fn(_num(info.counter))
+
+
 RULES: dict[type, Rule] = {
     O.PipelineCreate: pipeline_create,
     O.Produce: step,
     O.Consume: step,
+    O.PipePayload: pipe_payload,
 }
