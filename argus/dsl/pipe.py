@@ -103,7 +103,7 @@ class Pipe:
     @contextlib.contextmanager
     def produce(self, payload=None) -> Iterator[Scalar]:
         """payload (a pipeline made with payload=True): an int32 scalar this step puts into its
-        slot, read back by the consume steps of the same fill (`Pipe.payload`)."""
+        slot, read back by the consumers of the same fill (`Pipe.peek`)."""
         value = None
         if payload is not None:
             loc = user_loc()
@@ -117,20 +117,27 @@ class Pipe:
             value = p.value
         yield from self._step(O.Produce, payload=value)
 
-    def payload(self, stage) -> Scalar:
-        """Inside a consume step of this pipeline (its `stage`): the int32 the produce step
-        that filled the slot put there (`produce(payload=...)`)."""
+    def peek(self) -> Scalar:
+        """The int32 that the fill of this warpgroup's next consume step carries
+        (`produce(payload=...)`), read before that step: waits for the fill. Call it between
+        steps, with a consume step to follow (ir.ops.PipePayload): the dynamic scheduler's
+        consumers read their next unit so, before its main loop."""
         ctx = current()
         loc = user_loc()
         if not self.has_payload:
-            raise TraceError("pipe.payload on a pipeline without payload words", loc,
+            raise TraceError("pipe.peek on a pipeline without payload words", loc,
                              fix="create it with ag.pipeline(..., payload=True)")
-        if (True, self.value.id) not in ctx.open_steps:
-            raise TraceError("pipe.payload outside a consume step of its pipeline: the word "
-                             "is the slot's only between the full wait and the release", loc,
-                             fix="read it inside `with pipe.consume() as stage:`")
+        if ctx.in_role is None:
+            raise TraceError("pipe.peek outside an ag.role: it reads at the role's step "
+                             "counter", loc, fix="call it in the consumer role")
+        if any(pid == self.value.id for _, pid in ctx.open_steps):
+            raise TraceError("pipe.peek inside a step of its pipeline: it reads the fill of "
+                             "the next step", loc, fix="call it between steps")
+        if ctx.nonuniform_guards:
+            raise TraceError("pipe.peek (an mbarrier wait) under a condition that differs "
+                             "between threads", loc, fix="guard it uniformly or not at all")
         r = ctx.builder.fresh(ScalarType(dtypes.i32), "pay")
-        _emit(O.PipePayload(r, self.value, as_scalar(stage).value, loc=loc))
+        _emit(O.PipePayload(r, self.value, loc=loc))
         return Scalar(r)
 
     @contextlib.contextmanager

@@ -158,8 +158,8 @@ class PipelineCreate(Op):
     continue across loops, so persistent kernels stay in phase. `peers` (set by lowering) is
     the number of CTAs whose producers write each slot (the cluster size when loads multicast):
     a slot is then released by every consumer warpgroup of every peer CTA. `payload`: each slot
-    also holds one int32 that a produce step writes (Produce.payload) and the consume steps of
-    the same fill read (PipePayload), e.g. the unit of work a dynamic scheduler drew."""
+    also holds one int32 that a produce step writes (Produce.payload) and the consumers read
+    before consuming that fill (PipePayload), e.g. the unit a dynamic scheduler drew."""
 
     NAME = "pipeline"
     RESULTS = ("result",)
@@ -179,7 +179,7 @@ class Produce(Op):
     in by lowering). `payload` (a pipeline created with payload=True): an int32 scalar written
     into the slot's payload word after the empty wait and before the full barrier is armed, by
     the thread that arms it (its arrive releases the write; a consumer's full wait acquires
-    it), so the consume steps of this fill read it with PipePayload."""
+    it), so the consumers of this fill read it with PipePayload."""
 
     NAME = "produce"
     RESULTS = ("stage",)
@@ -194,17 +194,21 @@ class Produce(Op):
 
 @dataclass(frozen=True)
 class PipePayload(Op):
-    """The int32 payload of slot `stage` of `pipe` (a pipeline created with payload=True): what
-    the produce step that filled the slot wrote (Produce.payload). Legal only inside a consume
-    step of `pipe` whose stage value is `stage`: the step's full wait orders the producer's
-    write before this read, and the slot (with its word) is not refilled before this step
-    releases it."""
+    """A peek at the fill of this role's next consume step on `pipe` (a pipeline created with
+    payload=True), without consuming it: wait on that step's full barrier (slot and parity
+    from the role's step counter, `stage_expr` / `parity_expr` as Consume's, set by lowering)
+    and read the word its produce step wrote (Produce.payload). Legal in a consuming role
+    outside any step of `pipe`, where a consume step of `pipe` follows before the role's
+    next release of that slot (the slot cannot be refilled before this role releases it, so
+    the word stays that fill's); the step's own wait then finds the phase complete. The
+    dynamic scheduler's consumers learn their next unit this way."""
 
-    NAME = "pipe.payload"
+    NAME = "pipe.peek"
     RESULTS = ("result",)
     result: Value
     pipe: Value
-    stage: Value
+    stage_expr: str = ""
+    parity_expr: str = ""
 
 
 @dataclass(frozen=True)

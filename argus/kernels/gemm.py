@@ -273,14 +273,17 @@ def gemm_kernel(in_dtype: DType = ag.bf16, out_dtype: DType = ag.bf16, b_layout:
                                              ag.sym(partials.shape[3]) == s.bn))
 
         if dynamic:   # the producer draws each unit; the consumers read it from the ring
+            # a unit of no K step would hand its id through no fill: the consumers' peek
+            # would wait for ever
+            ag.require(ag.sym(K) >= 1, "the dynamic walk hands each unit to the consumers "
+                                       "with its first K step: K must be at least 1")
             with ag.role("producer", warpgroups=1, regs=s.producer_regs):
                 for ticket, unit in sched.draws(work):
                     ring.load(k_steps, lhs, rhs, unit, payload=ticket)
             with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
                 for _ in sched.slots():
-                    acc, ticket = ring.mma(k_steps, wg, zero_by_wgmma=s.zero_by_wgmma,
-                                           payload=True)
-                    unit = sched.locate(ticket)
+                    unit = sched.locate(ring.peek_unit())
+                    acc = ring.mma(k_steps, wg, zero_by_wgmma=s.zero_by_wgmma)
                     if s.epilogue == "tma":
                         store_tile_staged(C, unit, wg, acc, staging, bm=s.bm, bn=s.bn,
                                           rows=rows, finish=finish)

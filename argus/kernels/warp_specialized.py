@@ -297,8 +297,8 @@ class TileScheduler:
 
     def slots(self) -> Iterator[object]:
         """The dynamic scheduler's consumer loop: the same iterations as `draws` (so the step
-        counters agree), the unit of each read from the ring (`OperandRing.mma(payload=True)`,
-        then `locate`)."""
+        counters agree), the unit of each read from the ring (`OperandRing.peek_unit`, then
+        `locate`)."""
         yield from ag.range(self.first, self.total, self.programs)
 
     def tail_units(self) -> Iterator[tuple]:
@@ -413,7 +413,7 @@ class OperandRing:
         """The producer's loop for one unit: every K step, A's m tile and B's n tile into the
         next free stage; B is shared by the `cluster` CTAs (multicast), A is each CTA's own.
         payload: an int32 put into every step's slot (the unit's ticket, for consumers that
-        learn their unit from the ring: `mma(payload=True)`)."""
+        learn their unit from the ring: `peek_unit`)."""
         for k in ag.range(k_steps):
             with self.pipe.produce(**({} if payload is None else {"payload": payload})) \
                     as stage:
@@ -427,21 +427,15 @@ class OperandRing:
 
     # ------------------------------------------------------------------------- consumer
 
-    def mma(self, k_steps, wg, *, zero_by_wgmma: bool = False, check_a=None,
-            payload: bool = False):
+    def mma(self, k_steps, wg, *, zero_by_wgmma: bool = False, check_a=None):
         """The consumer's main loop for one unit: warpgroup `wg` multiplies its 64 rows of A
         with all of B over every K step into a fresh fp32 accumulator, returned. check_a(view):
         called with each A view right before its wgmma, to state tag assertions on what it
-        holds (ag.tag_assert: no code). payload=True: returns (acc, word), the word the
-        producer put into the unit's slots (`load(payload=...)`), read in every step (each
-        carries the same; k_steps >= 1, else it stays -1)."""
+        holds (ag.tag_assert: no code)."""
         rows = self.bm // self.consumers
         acc = ag.zeros((rows, self.bn), ag.f32, by_wgmma=zero_by_wgmma)
-        word = ag.scalar(-1, ag.i32) if payload else None
         for k in ag.range(k_steps):
             with self.pipe.consume() as stage:
-                if payload:
-                    word = self.pipe.payload(stage)
                 for atom in range(self.k_atoms):
                     # this consumer's 64 rows: one [BK][64] atom if MN-major
                     a_view = self.a[stage].rows_of(atom * self.a_rows + wg * self.bk, self.bk) \
@@ -452,7 +446,13 @@ class OperandRing:
                     ag.wgmma(a_view, self.b[stage].rows_of(atom * self.b_rows, self.b_rows), acc,
                              trans_b=self.mn_major_b, trans_a=self.mn_major_a,
                              precision=self.precision)
-        return (acc, word) if payload else acc
+        return acc
+
+    def peek_unit(self):
+        """The unit id the producer put into the slot of this warpgroup's next step
+        (`load(payload=...)`), read before the unit's main loop (Pipe.peek: it waits for that
+        fill). Needs k_steps >= 1: with no step the fill never comes."""
+        return self.pipe.peek()
 
     def mma_tile(self, k_steps, *, zero_by_wgmma: bool = False, check_a=None) -> list:
         """A ping-pong consumer's main loop for one unit: this warpgroup multiplies the whole

@@ -101,6 +101,9 @@ def run(kernel: Kernel, wgmma_overlap: bool = True) -> Kernel:
                                    "never complete", op.loc)
             updates.update(tx_bytes=op.tx_bytes or tx, stage_expr=op.stage_expr or STAGE_EXPR,
                            parity_expr=op.parity_expr or PRODUCER_PARITY)
+        elif isinstance(op, O.PipePayload):   # the wait of the role's next consume step
+            updates.update(stage_expr=op.stage_expr or STAGE_EXPR,
+                           parity_expr=op.parity_expr or CONSUMER_PARITY)
         elif isinstance(op, O.Consume):
             has_wgmma = any(isinstance(inner, O.Wgmma) for inner in _own_ops(op.body))
             # a one-slot ring keeps nothing in flight: the producer's next step needs the one

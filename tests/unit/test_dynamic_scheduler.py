@@ -23,7 +23,9 @@ import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.errors import TraceError
+from argus.kernels import gemm as gemm_module
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
+from argus.kernels.warp_specialized import OperandRing, TileScheduler
 from argus.runtime import nvrtc_available
 
 
@@ -82,9 +84,9 @@ def test_a_counter_left_elsewhere_rotates_the_units_each_still_once():
 
 
 def test_the_payload_words_carry_a_value_per_fill():
-    """ag.pipeline(payload=True): each consume step reads what the produce step that filled
-    its slot put there (a 2-slot ring over 5 steps: the words are reused); the consumer marks
-    Y at the word it read."""
+    """ag.pipeline(payload=True): a peek before each consume step reads what the produce step
+    that filled its slot put there (a 2-slot ring over 5 steps: the words are reused); the
+    consumer marks Y at the word it read."""
     @ag.kernel(partial_outputs=("Y",))
     def relay(X: ag.Tensor[("R", "C", ag.bf16)], Y: ag.Tensor[("N", ag.f32)]):
         ag.grid(1)
@@ -96,8 +98,8 @@ def test_the_payload_words_carry_a_value_per_fill():
                     ag.tma.load(buf[stage], X, (0, 0))
         with ag.role("consumer", warpgroups=1):
             for i in ag.range(5):
-                with pipe.consume() as stage:
-                    word = pipe.payload(stage)
+                word = pipe.peek()
+                with pipe.consume():
                     ag.store(Y, (word,), ag.full((1,), 1.0))
 
     y = torch.zeros(32)
@@ -105,20 +107,20 @@ def test_the_payload_words_carry_a_value_per_fill():
     assert y.nonzero().flatten().tolist() == [1, 8, 15, 22, 29]
 
 
-def test_the_payload_is_read_only_inside_a_consume_step():
+def test_the_peek_is_between_steps():
     @ag.kernel
-    def bad(Y: ag.Tensor[("N", ag.f32)]):
+    def bad(X: ag.Tensor[("R", "C", ag.bf16)]):
         ag.grid(1)
+        buf = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
         pipe = ag.pipeline(2, consumers=1, payload=True)
         with ag.role("producer", warpgroups=1):
-            with pipe.produce(payload=3):
-                pass
+            with pipe.produce(payload=3) as stage:
+                ag.tma.load(buf[stage], X, (0, 0))
         with ag.role("consumer", warpgroups=1):
-            with pipe.consume() as stage:
-                pass
-            pipe.payload(stage)
+            with pipe.consume():
+                pipe.peek()
 
-    with pytest.raises(TraceError, match="outside a consume step"):
+    with pytest.raises(TraceError, match="inside a step of its pipeline"):
         bad.trace()
 
 
@@ -177,3 +179,94 @@ def test_the_static_kernels_render_as_before():
 
     text = codegen.render(lower_only(gemm_kernel(), s=GemmSchedule())).text
     assert "pay" not in text and "atom_inc" not in text
+
+
+# ----------------------------------------------------------------------------- the verifier
+
+
+def _report(s=None):
+    kernel = gemm_module.gemm_kernel.__wrapped__(ag.bf16, ag.bf16, "nk", False, dynamic=True)
+    return verify.run(lower_only(kernel, s=s or GemmSchedule(scheduler="dynamic")))
+
+
+@pytest.mark.parametrize("s", [GemmSchedule(scheduler="dynamic"),
+                               GemmSchedule(scheduler="dynamic", epilogue="tma", bn=192)])
+def test_the_verifier_proves_the_dynamic_walk(s):
+    """Zero findings: the draws' tickets (atomic.tickets' grid-stride form with D = 1: one
+    counter, wrap = the walk's stop), C stored once (the ticket's distinctness, read by the
+    consumers through the ring: transfer/pipeline.py `pipe_peek`), the stored tile the one
+    whose A and B tiles the producer loaded for that ticket (store.coords), C covered (the
+    drawn units are the walk's units: check_stores `_drawn_walks`), and the ring's proofs."""
+    report = _report(s)
+    findings = report.errors + report.unknowns
+    assert not findings, "\n".join(str(d) for d in findings)
+    proven = {o.code for o in report.proven}
+    assert {"atomic.tickets", "store.once", "store.coords", "store.coverage", "pipe.totals",
+            "wgmma.k-once", "wgmma.agree"} <= proven, proven
+
+
+def test_the_verifier_catches_a_unit_read_after_the_main_loop(monkeypatch):
+    """The consumers peeking after the unit's main loop instead of before it read the fill of
+    the next unit's first step: they would store this unit's tile at the next unit's place
+    (and the last unit's peek waits for a fill that never comes). store.coords sees the
+    stored place differ from where the tile's A rows came from."""
+    late = {}
+    original_mma, original_locate = OperandRing.mma, TileScheduler.locate
+
+    def mma(self, k_steps, wg, **kw):
+        acc = original_mma(self, k_steps, wg, **kw)
+        late["word"] = self.pipe.peek()
+        return acc
+
+    class Late:   # the unit, decoded from the late word when the epilogue reads it
+        def __init__(self, sched):
+            self.sched = sched
+
+        def __getattr__(self, name):
+            return getattr(original_locate(self.sched, late["word"]), name)
+
+    def locate(self, unit, rank=None):
+        return Late(self) if unit is late else original_locate(self, unit, rank)
+    monkeypatch.setattr(OperandRing, "peek_unit", lambda self: late)
+    monkeypatch.setattr(OperandRing, "mma", mma)
+    monkeypatch.setattr(TileScheduler, "locate", locate)
+    report = _report()
+    coords = [d for d in report.errors if d.code == "store.coords"]
+    assert coords, "\n".join(str(d) for d in report.errors + report.unknowns)
+
+
+@pytest.mark.parametrize("bug,code", [("wrap+1", "atomic.tickets"),
+                                      ("per-cta", "atomic.tickets"),
+                                      ("unit+1", "store.coords"),
+                                      ("static-store", "store.coords")])
+def test_the_verifier_catches_seeded_draw_bugs(bug, code, monkeypatch):
+    """A counter that wraps one late (wrap = total + 1: it never returns to zero, and a unit
+    could be drawn twice across launches), a counter per CTA (each CTA draws 0, 1, ..: units
+    drawn by several CTAs), a consumer that stores the next unit's tile (ticket + 1), and a
+    consumer that stores at the static walk's unit instead of the drawn one."""
+    def draws(self, counter):
+        for t in ag.range(self.first, self.total, self.programs):
+            if bug == "wrap+1":
+                ticket = ag.atomic_fetch_add(counter, (0,), wrap=self.total + 1)
+            elif bug == "per-cta":
+                ticket = ag.atomic_fetch_add(counter, (self.first,), wrap=self.total)
+            else:
+                ticket = ag.atomic_fetch_add(counter, (0,), wrap=self.total)
+            yield ticket, self.locate(ticket)
+
+    monkeypatch.setattr(TileScheduler, "draws", draws)
+    if bug == "unit+1":
+        monkeypatch.setattr(OperandRing, "peek_unit", lambda self: self.pipe.peek() + 1)
+    if bug == "static-store":
+        walked = {}
+
+        def slots_static(self):
+            for t in ag.range(self.first, self.total, self.programs):
+                walked["t"] = t
+                yield t
+        monkeypatch.setattr(TileScheduler, "slots", slots_static)
+        monkeypatch.setattr(OperandRing, "peek_unit",
+                            lambda self: (self.pipe.peek(), walked["t"])[1])
+    report = _report()
+    hit = [d for d in report.errors + report.unknowns if d.code == code]
+    assert hit, "\n".join(str(d) for d in report.errors + report.unknowns)

@@ -80,10 +80,15 @@ def pipe_skip(em: _Emitter, op: O.PipeSkip) -> None:
 
 
 @rule(O.PipePayload)
-def pipe_payload(em: _Emitter, op: O.PipePayload) -> None:
-    """A read of the slot's payload word inside its consume step: after the full wait (an
-    acquire of the producer's write), before the release. volatile: the wait is asm the
-    compiler must not move the load above."""
+def pipe_peek(em: _Emitter, op: O.PipePayload) -> None:
+    """The wait of the role's next consume step (its slot and parity from the step counter),
+    then the slot's payload word: the wait acquires the producer's write, which came before
+    its arrive. volatile: the compiler must not move the load above the wait (asm)."""
+    pid = op.pipe.id
+    stages = em.pipes[pid]
     n = f"v{op.result.id}"
-    em.emit(f"const int {n} = *(volatile int*)&pay{op.pipe.id}[{em.name(op.stage)}];")
+    slot = _render_expr(op.stage_expr, f"n{pid}", stages)
+    em.emit(f"ag::mbar_wait(&full{pid}[{slot}], "
+            f"{_render_expr(op.parity_expr, f'n{pid}', stages)});  // peek at the next fill")
+    em.emit(f"const int {n} = *(volatile int*)&pay{pid}[{slot}];")
     em.names[op.result.id] = n

@@ -54,11 +54,14 @@ def consume(m: _Interp, g: _Group, op: O.Consume) -> Iterator[_Blocked]:
 
 
 @rule(O.PipePayload)
-def pipe_payload(m: _Interp, g: _Group, op: O.PipePayload) -> None:
-    """The word of the slot this consume step holds (full, not yet released: its fill's)."""
+def pipe_peek(m: _Interp, g: _Group, op: O.PipePayload) -> Iterator[_Blocked]:
+    """Wait, as this group's next consume step will, for its slot's fill; read the word."""
     p: _PipeState = m.val(g, op.pipe)
-    word = p.payloads[m.val(g, op.stage)]
-    if word is None:
-        raise InterpError(f"{g.name} reads the payload of slot {m.val(g, op.stage)}, which no "
-                          f"produce step wrote")
-    g.env[op.result.id] = word
+    n = g.counters.get(op.pipe.id, 0)
+    s, phase = n % p.stages, n // p.stages
+    while p.fills[s] < (phase + 1) * p.producers:
+        yield _Blocked(f"{g.name} peeks at slot {s}, waiting for its fill (step {n})")
+    if p.payloads[s] is None:
+        raise InterpError(f"{g.name} peeks at the payload of slot {s}, which no produce step "
+                          f"wrote")
+    g.env[op.result.id] = p.payloads[s]
