@@ -25,7 +25,9 @@ them (transfer/memory.py records them as atomic sites, never as stores). Two cla
       through t mod D alone (two instances meet at one element exactly when their t agree
       mod D), and stop = D * wrap, so each element's arrivals are the wrap values of t of
       one residue class in [0, D * wrap) (the tail-split GEMM's fused finish: t = slice *
-      tail + tile, an element per tail tile, D = tail). Proven in NIA for two instances.
+      tail + tile, an element per tail tile, D = tail); an element that does not read t is
+      the case D = 1, stop = wrap (the dynamic scheduler's one work counter, drawn once per
+      unit of the walk: GemmSchedule(scheduler="dynamic")). Proven in NIA for two instances.
   atomic.tickets, the merge — an `ag.when` whose condition compares a wrapping counter's old
       value (`old == k`, as a conjunct too) lets through no arrival but the last: for every
       ticket x in 0 .. wrap - 1 that passes the comparison, x == wrap - 1. The arrivals draw
@@ -190,9 +192,11 @@ def _grid_stride(model: Model, a, own, sub, cell1, cell2, inside, free, guarded,
         return None
     extent = next((hi for v, _, hi in model.grid_vars if v.eq(g)), None)
     # the residue form: the element reads t as t mod D (t % D in its coordinates, no t // D);
-    # a walk whose element is t's quotient (MoE's unit // splits) is not this form
-    if extent is None or not _applies(cell1, t, z3.Z3_OP_MOD) or \
-            _applies(cell1, t, z3.Z3_OP_IDIV):
+    # a walk whose element is t's quotient (MoE's unit // splits) is not this form. An
+    # element that does not read t at all is the form with D = 1: one counter that every
+    # iteration of the walk reaches (the dynamic scheduler's work counter, wrap = stop)
+    if extent is None or _applies(cell1, t, z3.Z3_OP_IDIV) or \
+            (not _applies(cell1, t, z3.Z3_OP_MOD) and any(mentions(c, t) for c in cell1)):
         return None
     t2 = sub(t)
     residue = stop / wrap   # D: the element's arrivals are one residue class of t mod D

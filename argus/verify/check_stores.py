@@ -907,6 +907,9 @@ def _tile_coverage(model: Model, st: StoreSite, sites: list | None = None,
     # a walk spelled by its trip count (`for i in range(cdiv(T - pid, P))`, unit pid + i * P):
     # the destination reads the loop's index as the unit it walks
     dest, counted = _counted_walks(model, st, dest)
+    # a walk whose units are drawn from a work counter (the dynamic scheduler): the unit read
+    # as the walk's index, the same set over the walk's instances
+    dest = _drawn_walks(model, st, dest)
     names = set().union(*(free_consts(x) for x in dest))
     subject = f"stores to {st.tensor.name} at {st.op.loc}" + \
         (f" (dims {', '.join(f'{d}-{d + 1}' for d in merged)} seen as one: x // E, x % E)"
@@ -1523,6 +1526,78 @@ def _turn_obligation(model, st, sc, w, e, lo, count, turns) -> Obligation:
 
 def _constant(x) -> bool:
     return isinstance(x, int) or (isinstance(x, z3.ExprRef) and z3.is_int_value(z3.simplify(x)))
+
+
+def _drawn_walks(model, st, dest: list) -> list:
+    """The dynamic scheduler's walk (GemmSchedule(scheduler="dynamic")): a producer draws
+    each unit from a self-resetting counter, `ticket = atomic_fetch_add(W, (0,), wrap=T)`,
+    once per iteration of its grid-stride loop `for t in range(g, T, P)`, and the consumers
+    store the unit it handed them through the ring: a destination that reads
+    ticket(w, t', g) with t' this store's own loop over the same range (the producer's loop
+    index seen from the consumer: transfer/pipeline.py `pipe_peek`). atomic.tickets proves
+    (its grid-stride form with D = 1: the counter's element does not read t, stop == wrap)
+    that the walk's instances (g, t) draw the tickets 0 .. T - 1 once each: (g, t) ->
+    ticket is a bijection from the walk's instances onto [0, T), as (g, t) -> t is (the
+    walk obligation). So the units this store covers, over its instances, are the units the
+    walk's index covers, and the destination with the ticket replaced by t covers what it
+    covers (assume-guarantee on atomic.tickets, as store.once takes the tickets' distinctness
+    from it). Only when the ticket's other instance variables are the warpgroup of a
+    one-warpgroup role (one value) and the grid's ids are the store's own; any other
+    application is left as it is (then coverage stays unknown)."""
+    loops = {str(sc.var): sc for sc in st.site.scopes if sc.kind == "loop" and
+             sc.var is not None}
+    grid = {str(v) for v, _, _ in model.grid_vars}
+
+    def bounds(loop):
+        return tuple(z3.simplify(_num(model.scalar(getattr(loop, f))))
+                     for f in ("start", "stop", "step"))
+    for a in model.atomics:
+        if a.kind != "fetch_add" or a.op.wrap is None or a.ticket is None:
+            continue
+        guarded = [sc for sc in a.site.scopes if sc.kind in ("if", "loop")]
+        if len(guarded) != 1 or guarded[0].kind != "loop" or guarded[0].var is None:
+            continue
+        walk = guarded[0]
+        pos = [k for k, v in enumerate(a.args) if v.eq(walk.var)]
+        if len(pos) != 1 or any(str(walk.var) in free_consts(_num(o)) for o in a.offsets):
+            continue
+        start, stop, step = bounds(walk.op)
+        wrap = z3.simplify(_num(model.scalar(a.op.wrap)))
+        if not stop.eq(wrap):
+            continue
+        # the other instance variables: grid ids (kept: the store's own), or the warpgroup
+        # of a role of one warpgroup
+        roles = [sc for sc in a.site.scopes if sc.kind == "role"]
+        single = {str(sc.var) for sc in roles
+                  if sc.var is not None and getattr(sc.op, "warpgroups", 0) == 1}
+        if any(str(v) not in grid and str(v) not in single
+               for k, v in enumerate(a.args) if k != pos[0]):
+            continue
+        decl = a.ticket.decl()
+        for app in _applications(dest, decl):
+            t = app.arg(pos[0])
+            loop = loops.get(str(t))
+            if loop is None or bounds(loop.op) != (start, stop, step) or \
+                    any(not app.arg(k).eq(v) for k, v in enumerate(a.args)
+                        if k != pos[0] and str(v) in grid):
+                continue
+            dest = [z3.substitute(d, (app, t)) for d in dest]
+    return dest
+
+
+def _applications(terms: list, decl) -> list:
+    """The applications of the function `decl` in `terms`, each once."""
+    out, todo, seen = {}, list(terms), set()
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_app(t):
+            if t.decl().eq(decl):
+                out[t.get_id()] = t
+            todo.extend(t.children())
+    return list(out.values())
 
 
 def _counted_walks(model, st, dest: list) -> tuple[list, dict]:
