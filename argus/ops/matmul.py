@@ -24,6 +24,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm import GemmSchedule
 from argus.ops import split_k
+from argus.ops.dynamic_walk import DynamicMatmul
 from argus.ops.weight_cache import DerivedCache
 from argus.ops.schedules import Problem, choose, kernel_for
 
@@ -255,7 +256,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
             replay = compiled(a_ready, b_ready, out)
     if precision == "tf32":
         if key is not None and not _capturing() and a_step and b_step and \
-                not isinstance(compiled, (split_k.SplitKMatmul, split_k.TailSplitMatmul)):
+                not isinstance(compiled, _RUNNERS):
             plan = compiled.plan_for(a_ready, b_ready, out)
             if plan is not None:
                 _remember_tf32(key, _Tf32Replay((a_step, b_step), plan))
@@ -264,7 +265,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
             b_ready.data_ptr() == b.data_ptr():
         # the kernel read the caller's buffers themselves (no aligned copy): the same buffers
         # next time can go straight to the launch
-        if isinstance(compiled, (split_k.SplitKMatmul, split_k.TailSplitMatmul)):
+        if isinstance(compiled, _RUNNERS):
             if replay is not None and not _capturing():
                 _remember(_SPLIT_LAUNCHES, key, replay, _SPLIT_MEMO_SIZE)
         else:
@@ -272,6 +273,10 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
             if plan is not None:
                 _remember(_LAUNCHES, key, plan)
     return out
+
+
+# runners around a kernel whose call returns a replayable launch (not a compiled kernel)
+_RUNNERS = (split_k.SplitKMatmul, split_k.TailSplitMatmul, DynamicMatmul)
 
 
 def _remember_tf32(key, replay) -> None:
@@ -294,6 +299,8 @@ def compiled_for(problem: Problem, chosen: GemmSchedule):
         plain = dataclasses.replace(chosen, tail_splits=1, tail_finish="kernel")
         return split_k.TailSplitMatmul(problem, chosen, *kernel_for(problem, chosen),
                                        kernel_for(problem, plain))
+    if chosen.scheduler == "dynamic":   # the kernel and its per-stream work word
+        return DynamicMatmul(*kernel_for(problem, chosen))
     kernel, run = kernel_for(problem, chosen)
     return kernel.compile(s=run)
 

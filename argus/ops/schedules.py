@@ -53,6 +53,9 @@ def kernel_for(p: Problem, s: GemmSchedule):
         return (gemm_kernel(in_dtype, dtypes.f32, p.b_layout, True, precision=precision),
                 dataclasses.replace(s, split_k=1))
     # tail splits: the kernel that also takes the K-slice views and the workspace
+    if s.scheduler == "dynamic":   # the kernel that takes the work counter
+        return gemm_kernel(in_dtype, out_dtype, p.b_layout, p.batch > 1, precision=precision,
+                           dynamic=True), s
     return gemm_kernel(in_dtype, out_dtype, p.b_layout, p.batch > 1, s.tail_splits,
                        precision=precision, tail_fused=s.tail_finish == "fused"), s
 

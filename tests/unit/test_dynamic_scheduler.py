@@ -270,3 +270,53 @@ def test_the_verifier_catches_seeded_draw_bugs(bug, code, monkeypatch):
     report = _report()
     hit = [d for d in report.errors + report.unknowns if d.code == code]
     assert hit, "\n".join(str(d) for d in report.errors + report.unknowns)
+
+
+# ----------------------------------------------------------------------------- argus.ops
+
+
+def test_ops_host_path_in_the_interpreter(monkeypatch):
+    """What argus.ops.matmul runs for the dynamic schedule (compiled_for: a DynamicMatmul, the
+    kernel with the verifier's veto and a work word per stream), run by the interpreter, twice
+    on the same word: x @ W.T, x @ W and a batch; the word is zero after each call."""
+    import argus.compiler
+    from argus.ops.dynamic_walk import DynamicMatmul
+    from argus.ops.matmul import compiled_for
+    from argus.ops.schedules import Problem
+
+    class Interpreted:
+        def __init__(self, kernel, verify=None, **constexprs):
+            assert verify is None    # C written whole: with the verifier's veto
+            self.kernel, self.constexprs = kernel, constexprs
+
+        def __call__(self, *tensors):
+            self.kernel.interpret(*tensors, **self.constexprs)
+
+        def plan_for(self, *tensors):
+            return None
+
+    monkeypatch.setattr(argus.compiler, "compile_kernel", Interpreted)
+    s = GemmSchedule(bm=128, bn=64, stages=2, num_sms=3, scheduler="dynamic")
+    for layout, batch in (("nk", 1), ("kn", 1), ("nk", 3)):
+        a, b = _operands(layout, batch, 200, 300, 208)
+        w = b if layout == "nk" else b.transpose(-1, -2)
+        lead = (batch,) if batch > 1 else ()
+        problem = Problem(200, 300, 208, batch, "bf16", "bf16", layout, True)
+        run = compiled_for(problem, s)
+        assert isinstance(run, DynamicMatmul)
+        exact = a.double() @ w.double().transpose(-1, -2)
+        for _ in range(2):
+            c = torch.full((*lead, 200, 300), float("nan"), dtype=torch.bfloat16)
+            assert run(a, b, c) is None          # no launch plans: nothing to replay
+            assert not torch.isnan(c).any()
+            assert ((c.double() - exact).norm() / exact.norm()).item() < 4e-3
+        (word,) = run._words.values()
+        assert word.tolist() == [0]
+
+
+def test_the_default_rule_never_picks_the_dynamic_walk():
+    from argus.ops.schedules import Problem, choose
+
+    for m, n, k in ((4096, 4096, 4096), (2048, 7168, 2048), (64, 8192, 8192)):
+        assert choose(Problem(m, n, k, 1, "bf16", "bf16", "nk", True),
+                      "NVIDIA H100 80GB HBM3").scheduler == "static"

@@ -1,0 +1,58 @@
+"""The dense GEMM on the dynamic persistent walk (GemmSchedule(scheduler="dynamic")) as
+argus.ops.matmul runs it: the kernel plus its work counter.
+
+Job: give every launch a Work word [1] int32 that no launch running at the same time shares
+(docs/design/dynamic_scheduler.md): one per (device, stream), zero when made, and zero again
+after every complete launch (the producers' atom.inc draws wrap at the unit count); a CUDA
+graph being captured gets a word of its own (zeroed by a memset node of the graph), as the
+fused tail's counters do (split_k.TailSplitMatmul._counters_for). A replay on another stream
+is moved onto that stream's word.
+
+Invariant: a launch reads its word at zero and leaves it at zero, so replays need no reset.
+"""
+
+from __future__ import annotations
+
+from argus.ops.split_k import _capturing, _stream_key
+
+
+class DynamicMatmul:
+    """Run `kernel` (gemm_kernel(..., dynamic=True)) under `run` with a per-stream work word;
+    compiled with the verifier's veto like the plain kernel (it writes all of C)."""
+
+    def __init__(self, kernel, run):
+        from argus.compiler import compile_kernel  # loaded on first use, as ag.compile does
+
+        self.main = compile_kernel(kernel, s=run)
+        self._words: dict = {}
+
+    def __call__(self, a, b, out):
+        """Run it; return a replayable launch (on whatever stream is current when replayed),
+        or None when the kernel did not cache its launch plan."""
+        work = self._word_for(out.device)
+        self.main(a, b, out, work)
+        plan = self.main.plan_for(a, b, out, work)
+        if not plan:
+            return None
+        device, plans = out.device, {_stream_key(out.device): plan}
+
+        def launch(work=work):   # the word lives with the launch
+            stream = _stream_key(device)
+            here = plans.get(stream)
+            if here is None:
+                mine = self._word_for(device)
+                here = plans[stream] = plan.repointed({work.data_ptr(): mine.data_ptr()})
+            here()
+        return launch
+
+    def _word_for(self, device):
+        """The work word for launches on `device`'s current stream (a captured graph: its own)."""
+        import torch
+
+        if _capturing(device):
+            return torch.zeros(1, dtype=torch.int32, device=device)
+        key = _stream_key(device)
+        word = self._words.get(key)
+        if word is None:
+            word = self._words[key] = torch.zeros(1, dtype=torch.int32, device=device)
+        return word
