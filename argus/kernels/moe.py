@@ -159,6 +159,18 @@ class MoeSchedule(WarpSpecializedSchedule):
     # row's garbage stays in padding rows). Off by default until timed on a GPU
     # (docs/perf/moe.md); in repr only when set (as pdl)
     skip_pad_halves: bool = field(default=False, repr=False)
+    # who hands out the persistent walk's units (GemmSchedule.scheduler's names): "static",
+    # each CTA strides over units first, first + programs, ... (`_walk`); "dynamic", each
+    # CTA's producer draws its next unit from a global work counter in the order CTAs ask for
+    # them (`_draws`, atom.inc wrapping at the units routing counted) and hands it to the
+    # consumers in its ring's payload words (`_slots`, Pipe.peek), so the units running at one
+    # time stay neighbours in the grouped raster as on the grid of one CTA a unit, with the
+    # persistent grid's start paid once per SM (docs/design/dynamic_scheduler.md). Each CTA
+    # runs as many units as on the static walk; only which ones is dynamic. The fp8 prefill
+    # kernels only (grouped_gemm_fp8_smem_kernel / grouped_gemm_fp8_kernel with
+    # dynamic=True: one more tensor, Work [1] int32, zero before the launch and left zero),
+    # persistent, without clusters. In repr only when not "static" (as pdl)
+    scheduler: str = field(default="static", repr=False)
 
     def __repr__(self) -> str:
         """The dataclass repr, with the fields declared repr=False (pdl, prefetch, pdl_combine,
@@ -239,6 +251,18 @@ class MoeSchedule(WarpSpecializedSchedule):
                             f"every unit routing counts holds a routed row, so nothing would "
                             f"be skipped (each unit would only read TileRows); use "
                             f"consumers=2 or cluster_m=2, or skip_pad_halves=False")
+        if self.scheduler not in ("static", "dynamic"):
+            problems.append(f"scheduler={self.scheduler!r} is not 'static' or 'dynamic'")
+        elif self.scheduler == "dynamic":
+            why = [what for what, bad in (
+                ("persistent=True", not self.persistent),
+                ("cluster_m=1 and cluster_n=1", self.cluster_m != 1 or self.cluster_n != 1),
+                ("swap_ab=False (no decode form)", self.swap_ab),
+                ("pingpong=False", self.pingpong)) if bad]
+            if why:
+                problems.append(f"scheduler='dynamic' draws the units of the persistent prefill "
+                                f"walk one CTA at a time (a cluster's CTAs would need one draw "
+                                f"for both): it needs {', '.join(why)}")
         if not 1 <= self.split_k <= MAX_SPLITS or (self.split_k > 1 and not self.swap_ab):
             problems.append(f"split_k={self.split_k}: 1..{MAX_SPLITS} K slices, more than one "
                             f"only with swap_ab (decode)")
@@ -374,6 +398,10 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False, fused: bool = False,
         grouped(A, W, TileExpert, Tiles, TileRows, C, s)
 
     def grouped(A, W, TileExpert, Tiles, TileRows, C, s: MoeSchedule):
+        if s.scheduler != "static":
+            raise ag.TraceError("the bf16 grouped GEMM walks its units statically: "
+                                "scheduler='dynamic' is built by the fp8 prefill kernels only",
+                                fix="pass scheduler='static'")
         _tag_layout(A, W, TileExpert, s.pad, gated, partial)
         check_tile_rows(s, TileRows)
         if partial != (s.split_k > 1):
@@ -530,21 +558,24 @@ def consume_unit(ring: OperandRing, k_steps, s: MoeSchedule, TileRows, m, wg, wo
 
 
 def produce_units(ring: OperandRing, units, A, W, s: MoeSchedule, k_steps, gated: bool,
-                  rank, extra=None) -> None:
+                  rank, extra=None, drawn: bool = False) -> None:
     """The producer warpgroup of the prefill grouped GEMMs (bf16 here, fp8 in moe_fp8.py):
     per unit (m-tile, n-tile, expert) of `units` and K step, A's bm rows and the expert's B
     tile into the ring's next stage (the gated GEMM's: bn/2 gate rows on top of the matching
     bn/2 up rows); `extra(stage, m, n, expert, k)`, when given, loads more into the same
-    stage after them (the fp8 GEMM's block scales through shared memory)."""
+    stage after them (the fp8 GEMM's block scales through shared memory). drawn (the dynamic
+    walk, `_draws`): `units` yields (ticket, m-tile, n-tile, expert), and every step of the
+    unit puts its ticket into its slot's payload word."""
     width = s.bn // 2 if gated else s.bn
     # cluster_m=2: B is shared (each CTA loads 1/cs of every weight box for both);
     # cluster_n=2: A is (each loads half of the token tile's rows for both)
     cs = s.cluster_m
     ca = s.cluster_n
     with ag.role("producer", warpgroups=1, regs=s.producer_regs):
-        for m, n, expert in units:
+        for unit in units:
+            ticket, (m, n, expert) = (unit[0], unit[1:]) if drawn else (None, unit)
             for k in ag.range(k_steps):
-                with ring.pipe.produce() as stage:
+                with ring.pipe.produce(payload=ticket) as stage:
                     k0 = k * s.bk
                     load_tile(ring.a[stage], 0, A, (), m, s.bm, k0, s.bk, rank=rank, share=ca)
                     # B is shared by the cluster's CTAs: each loads 1/cs of every box
@@ -627,6 +658,38 @@ def _walk(first, programs, m_units, n_tiles, group_m: int, TileExpert, expert: b
     for unit in ag.range(first, m_units * n_tiles, programs):
         mu, n = tile_coords(unit, m_units, n_tiles, group_m)
         yield mu, n, ag.load_scalar(TileExpert, (mu, 0)) if expert else None
+
+
+def _draws(first, programs, m_units, n_tiles, group_m: int, TileExpert, Work):
+    """The dynamic walk's producer loop (MoeSchedule.scheduler="dynamic"): as many iterations
+    as `_walk` gives this CTA, each drawing the launch's next unit from the work counter Work
+    [1] int32 (atom.inc wrapping at the m_units x n_tiles units routing counted, so the draws
+    of a launch leave it as they found it, 0). Yields (ticket, m-tile, n-tile, expert) in
+    the grouped raster order of the ticket; the producer puts the ticket into each of the
+    unit's ring slots (`produce_units(..., drawn=True)`) for `_slots`."""
+    total = m_units * n_tiles
+    for _ in ag.range(first, total, programs):
+        ticket = ag.atomic_fetch_add(Work, (0,), wrap=total)
+        mu, n = tile_coords(ticket, m_units, n_tiles, group_m)
+        yield ticket, mu, n, ag.load_scalar(TileExpert, (mu, 0))
+
+
+def _slots(ring: OperandRing, first, programs, m_units, n_tiles, group_m: int, TileExpert,
+           expert: bool):
+    """The dynamic walk's consumer loop: `_draws`'s iterations (so the step counters agree),
+    each unit (m-tile, n-tile, its expert or None) located from the ticket the producer put
+    into the slot of this warpgroup's next step (OperandRing.peek_unit, before the unit's
+    main loop)."""
+    for _ in ag.range(first, m_units * n_tiles, programs):
+        mu, n = tile_coords(ring.peek_unit(), m_units, n_tiles, group_m)
+        yield mu, n, ag.load_scalar(TileExpert, (mu, 0)) if expert else None
+
+
+def require_steps(K) -> None:
+    """The dynamic walk hands each unit to the consumers with its first K step: with none the
+    consumers' peek would wait for ever (checked at every launch)."""
+    ag.require(ag.sym(K) >= 1, "the dynamic walk hands each unit to the consumers with its "
+                               "first K step: K must be at least 1")
 
 
 def _decode(A, W, TileExpert, Tiles, C, s: MoeSchedule, gated: bool, partial: bool,

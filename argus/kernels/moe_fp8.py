@@ -42,9 +42,10 @@ from argus.kernels.gemm_fp8 import (BK_BYTES, OVERLAP_MAX_BN, PROMOTE_MAX_BN, SC
                                     early_release_promoted_mma,
                                     overlapped_promoted_mma, promoted_mma, split_promoted_mma,
                                     weight_blocks_spanned)
-from argus.kernels.moe import (MoeSchedule, _store_gated_staged, _tag_layout, _walk,
-                               check_tile_rows, consume_unit, produce_units, silu_mul,
-                               store_unit, unit_programs)
+from argus.kernels.moe import (MoeSchedule, _draws, _slots, _store_gated_staged,
+                               _tag_layout, _walk, check_tile_rows, consume_unit,
+                               produce_units, require_steps, silu_mul, store_unit,
+                               unit_programs)
 from argus.kernels.moe_routing import tag_positions
 from argus.kernels.warp_specialized import (OperandRing, Staging, Unit, load_tile,
                                             store_tile_staged)
@@ -442,6 +443,21 @@ def _check_quantize(s: MoeFp8Schedule, gated: bool, quantize: bool) -> None:
             fix=f"build it with quantize={s.quantize_out}")
 
 
+def _check_dynamic(s: MoeFp8Schedule, dynamic: bool) -> None:
+    """The kernel's Work argument (its dynamic variant) and the schedule's scheduler go
+    together; pair_multicast has no dynamic form (its 2-CTA clusters would need one draw for
+    both CTAs)."""
+    if (s.scheduler == "dynamic") != dynamic:
+        raise ag.TraceError(f"MoeFp8Schedule(scheduler={s.scheduler!r}) needs the kernel built "
+                            f"with dynamic={s.scheduler == 'dynamic'} (the dynamic walk takes "
+                            f"its work counter as an argument); this one was built with "
+                            f"dynamic={dynamic}", fix="pass the matching dynamic")
+    if dynamic and s.pair_multicast:
+        raise ag.TraceError("scheduler='dynamic' draws a unit per CTA: pair_multicast's "
+                            "2-CTA clusters would need one draw for both CTAs",
+                            fix="pass pair_multicast=False or scheduler='static'")
+
+
 def _check_gate_up_tile(s: MoeFp8Schedule, gated: bool) -> None:
     """Both grouped kernels' gate-up: each half of the B tile (bn/2 rows of one plane) lies in
     one 128-row weight-scale block (MoeFp8Schedule.gate_up_fits; argus.ops.moe's _layer
@@ -454,13 +470,15 @@ def _check_gate_up_tile(s: MoeFp8Schedule, gated: bool) -> None:
 
 
 def _variant(body, name: str, params: dict, quantize: bool, k_major: bool,
-             default: MoeFp8Schedule, tile_rows: bool = False):
+             default: MoeFp8Schedule, tile_rows: bool = False, dynamic: bool = False):
     """The kernel function of a grouped fp8 GEMM body(A, W, scales of A, ScaleW, TileExpert,
     Tiles, C, ScaleC, s, TileRows), its parameters `params` (name: annotation), then TileRows
     [MT, 1] int32 when tile_rows (moe.consume_unit: MoeSchedule.skip_pad_halves; else the
     body gets None), then C bf16 (quantize=False, ScaleC None), or C e4m3 plus ScaleC, h's
     1x128 scales (MN-major [KBC, MSC], or K-major [MSC, KBC]: the layout the down's schedule
-    reads, k_major), written by the gate-up's quantizing epilogue."""
+    reads, k_major), written by the gate-up's quantizing epilogue; then, when dynamic
+    (MoeSchedule.scheduler="dynamic"), Work [1] int32, the dynamic walk's work counter (the
+    body gets it last, else None)."""
     P = inspect.Parameter
     names = list(params) + ["C"]
     if tile_rows:
@@ -469,26 +487,31 @@ def _variant(body, name: str, params: dict, quantize: bool, k_major: bool,
     if quantize:
         out["ScaleC"] = ag.Tensor["MSC", "KBC", ag.f32] if k_major else \
             ag.Tensor["KBC", "MSC", ag.f32]
+    if dynamic:
+        out["Work"] = ag.Tensor[("WK", ag.i32)]   # (not "W": the weights)
 
     def fn(**kw):
-        body(*(kw[p] for p in names), kw.get("ScaleC"), kw["s"], kw.get("TileRows"))
+        body(*(kw[p] for p in names), kw.get("ScaleC"), kw["s"], kw.get("TileRows"),
+             kw.get("Work"))
 
     fn.__signature__ = inspect.Signature(
         [P(p, P.POSITIONAL_OR_KEYWORD, annotation=a) for p, a in out.items()]
-        + [P("s", P.POSITIONAL_OR_KEYWORD, default=default, annotation=MoeFp8Schedule)])
+        + [P("s", P.POSITIONAL_OR_KEYWORD,
+             default=dataclasses.replace(default, scheduler="dynamic") if dynamic else default,
+             annotation=MoeFp8Schedule)])
     fn.__annotations__ = {**out, "s": MoeFp8Schedule}
     fn.__name__ = fn.__qualname__ = body.__name__
     fn.__module__ = body.__module__
     # the scales of the units routing counted only, as C (quantize_1x128 writes every row's);
     # with tile_rows, of the warpgroups' rows that hold routed rows
     return ag.kernel(fn, name=name + (("_qk" if k_major else "_q") if quantize else "")
-                     + ("_rows" if tile_rows else ""),
+                     + ("_rows" if tile_rows else "") + ("_dyn" if dynamic else ""),
                      partial_outputs=("C", "ScaleC") if quantize else ("C",))
 
 
 @functools.lru_cache(maxsize=None)
 def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool = False,
-                            tile_rows: bool = False) -> ag.KernelFunction:
+                            tile_rows: bool = False, dynamic: bool = False) -> ag.KernelFunction:
     """The block-scaled fp8 grouped GEMM over the contiguous layout (see above): gate-up
     (gated: h = silu(gate) * up, bf16) or down (y, bf16), with A [M, K] e4m3 and its
     MN-major 1x128 scales, W e4m3 ([E, 2, I, H] gated, else [E, N, K]) and its 128x128 block
@@ -496,7 +519,9 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool =
     MoeFp8Schedule.quantize_out): h in e4m3 and ScaleC, its 1x128 scales (K-major when
     k_major: the smem-scale down's layout), after C (`_quantize_unit`). tile_rows (with
     MoeSchedule.skip_pad_halves): TileRows [MT, 1], the routed rows of each m-tile, after
-    Tiles (moe.consume_unit)."""
+    Tiles (moe.consume_unit). dynamic (MoeSchedule.scheduler="dynamic"): Work [1] int32
+    last, the work counter the producer draws each unit from (moe._draws; zero before the
+    launch, left zero)."""
     w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
     s_dims = ("E", 2, "NB", "KB") if gated else ("E", "NB", "KB")
     annotations = dict(A=ag.Tensor["M", "K", ag.e4m3], W=ag.Tensor[(*w_dims, ag.e4m3)],
@@ -505,8 +530,9 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool =
                        TileExpert=ag.Tensor["MT", 1, ag.i32], Tiles=ag.Tensor[1, 1, ag.i32])
 
     def moe_fp8_grouped_gemm(A, W, ScaleAT, ScaleW, TileExpert, Tiles, C, ScaleC,
-                             s: MoeFp8Schedule, TileRows):
+                             s: MoeFp8Schedule, TileRows, Work):
         _check_quantize(s, gated, quantize)
+        _check_dynamic(s, dynamic)
         check_tile_rows(s, TileRows)
         _tag_layout(A, W, TileExpert, s.pad, gated)
         if s.pair_multicast:   # else traced as a plain unpaired grid: the option ignored
@@ -530,7 +556,8 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool =
         (pid,) = ag.grid(programs * cs, cluster=cs)
         rank = ag.cluster_rank() if cs > 1 else 0
         first = pid // cs if cs > 1 else pid
-        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers,
+                                 payload=dynamic)
         k_steps = ring.k_steps(K)
         rows = s.bm // s.consumers
         staging = _staging(s, rows, width, gated, quantize)
@@ -538,11 +565,21 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool =
 
         def units():
             """(this CTA's m-tile, n-tile, expert) of this CTA's units."""
+            if dynamic:   # (no clusters) the unit the producer drew, read from the ring
+                yield from _slots(ring, first, programs, m_units, n_tiles, s.group_m,
+                                  TileExpert, True)
+                return
             for mu, n, e in _walk(first, programs, m_units, n_tiles, s.group_m, TileExpert,
                                   True):
                 yield (mu * cs + rank if cs > 1 else mu), n, e
 
-        produce_units(ring, units(), A, W, s, k_steps, gated, rank)
+        if dynamic:
+            require_steps(K)
+            produce_units(ring, _draws(first, programs, m_units, n_tiles, s.group_m,
+                                       TileExpert, Work), A, W, s, k_steps, gated, rank,
+                          drawn=True)
+        else:
+            produce_units(ring, units(), A, W, s, k_steps, gated, rank)
 
         # the consumers read the unit's expert too: it indexes the weight scales
         with ag.role("consumer", warpgroups=s.consumers, regs=s.consumer_regs) as wg:
@@ -561,12 +598,13 @@ def grouped_gemm_fp8_kernel(gated: bool, quantize: bool = False, k_major: bool =
     # (n_split = 2 traces under the same name: the schedule keys the trace)
     # as the bf16 grouped GEMM: C is written for the units routing counted only
     return _variant(moe_fp8_grouped_gemm, name, annotations, quantize, k_major, FP8_PREFILL,
-                    tile_rows)
+                    tile_rows, dynamic)
 
 
 @functools.lru_cache(maxsize=None)
 def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: bool = True,
-                                 tile_rows: bool = False) -> ag.KernelFunction:
+                                 tile_rows: bool = False,
+                                 dynamic: bool = False) -> ag.KernelFunction:
     """`grouped_gemm_fp8_kernel` with the block scales through shared memory
     (MoeFp8Schedule(smem_scales=True); gemm_fp8.SharedBlockScales): ScaleA [MS, KBP] the
     activation scales K-major (KBP >= K/128 a multiple of 4: 16-byte row pitches; the
@@ -577,7 +615,8 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
     the down's the one or two 128-column blocks its tile covers. quantize: h in e4m3 plus
     ScaleC (`grouped_gemm_fp8_kernel`'s; K-major by default, the smem-scale down's layout).
     tile_rows: TileRows after Tiles, for MoeSchedule.skip_pad_halves (as
-    `grouped_gemm_fp8_kernel`'s)."""
+    `grouped_gemm_fp8_kernel`'s). dynamic: Work [1] int32 last (`grouped_gemm_fp8_kernel`'s;
+    not with pair_multicast)."""
     w_dims = ("E", 2, "NC", "K") if gated else ("E", "NC", "K")
     s_dims = ("E", 2, "NB", "KBW") if gated else ("E", "NB", "KBW")
     annotations = dict(A=ag.Tensor["M", "K", ag.e4m3], W=ag.Tensor[(*w_dims, ag.e4m3)],
@@ -586,8 +625,9 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
                        TileExpert=ag.Tensor["MT", 1, ag.i32], Tiles=ag.Tensor[1, 1, ag.i32])
 
     def moe_fp8_grouped_gemm_smem(A, W, ScaleA, ScaleW, TileExpert, Tiles, C, ScaleC,
-                                  s: MoeFp8Schedule, TileRows):
+                                  s: MoeFp8Schedule, TileRows, Work):
         _check_quantize(s, gated, quantize)
+        _check_dynamic(s, dynamic)
         check_tile_rows(s, TileRows)
         _tag_layout(A, W, TileExpert, s.pad, gated)
         if not s.smem_scales:
@@ -608,7 +648,8 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
         (pid,) = ag.grid(programs * cs, cluster=cs) if pair else ag.grid(programs)
         rank = ag.cluster_rank() if pair else 0
         first = pid // cs if pair else pid
-        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers)
+        ring = OperandRing.alloc(s.stages, s.bm, s.bn, s.bk, ag.e4m3, s.consumers,
+                                 payload=dynamic)
         # the scale stages after the ring; the gate-up's tile takes its two planes' scales
         scales = SharedBlockScales.alloc(s, ScaleA, ScaleW, planes=2 if gated else None)
         k_steps = ring.k_steps(K)
@@ -622,6 +663,11 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
 
         def units():
             """(this CTA's m-tile, n-tile, its expert, the pair's share flag or None)."""
+            if dynamic:   # the unit the producer drew, read from the ring
+                for m, n, e in _slots(ring, pid, programs, m_units, n_tiles, s.group_m,
+                                      TileExpert, False):
+                    yield m, n, e, None
+                return
             if not pair:
                 for m, n, e in _walk(pid, programs, m_units, n_tiles, s.group_m, TileExpert,
                                      True):
@@ -656,6 +702,11 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
 
         if pair:
             _produce_pairs(ring, units(), share, A, W, s, k_steps, gated, rank, load_scales)
+        elif dynamic:
+            require_steps(K)
+            produce_units(ring, _draws(pid, programs, m_units, n_tiles, s.group_m, TileExpert,
+                                       Work), A, W, s, k_steps, gated, 0, extra=load_scales,
+                          drawn=True)
         else:
             produce_units(ring, ((m, n, e) for m, n, e, _ in units()), A, W, s, k_steps,
                           gated, 0, extra=load_scales)
@@ -679,7 +730,7 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
 
     name = "moe_fp8_gate_up_smem" if gated else "moe_fp8_down_smem"
     return _variant(moe_fp8_grouped_gemm_smem, name, annotations, quantize, k_major,
-                    FP8_PREFILL_SPLIT_SMEM, tile_rows)
+                    FP8_PREFILL_SPLIT_SMEM, tile_rows, dynamic)
 
 
 def _produce_pairs(ring: OperandRing, units, share, A, W, s: MoeFp8Schedule, k_steps,

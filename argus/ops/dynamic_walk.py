@@ -56,3 +56,25 @@ class DynamicMatmul:
         if word is None:
             word = self._words[key] = torch.zeros(1, dtype=torch.int32, device=device)
         return word
+
+
+# the module's words for launches outside DynamicMatmul (argus.ops.moe's dynamic grouped GEMMs):
+# (device index, stream) -> word, made on first use
+_WORDS: dict = {}
+
+
+def work_word(device):
+    """A work word [1] int32 for a dynamic-walk launch on `device`'s current stream: one per
+    (device, stream), zero when made and left zero by every complete launch, so launches in
+    one stream's order share it; a CUDA graph being captured gets a fresh zeroed one (its
+    own, made by a memset node of the graph: the graph's replays find it at zero again).
+    Off CUDA (the interpreter) one word per device."""
+    import torch
+
+    if _capturing(device):
+        return torch.zeros(1, dtype=torch.int32, device=device)
+    key = _stream_key(device)
+    word = _WORDS.get(key)
+    if word is None:
+        word = _WORDS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return word

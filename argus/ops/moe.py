@@ -67,6 +67,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL, GROUP,
                                    grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel,
                                    permute_quantize_kernel,
                                    quantize_1x128_kernel)
+from argus.ops.dynamic_walk import work_word
 from argus.ops.split_k import k_slices
 from argus.ops.weight_cache import DerivedCache
 from argus.runtime.args import check_on_one_gpu
@@ -846,23 +847,30 @@ def _fp8_gemms(x, w13, w2, operands, layer: Layer, run, ws: dict) -> None:
     # skip_pad_halves: a GEMM's tile_rows variant, TileRows after tiles
     skip, skip_down = layer.schedule.skip_pad_halves, layer.down.skip_pad_halves
     rows, rows_down = _rows_for(layer.schedule, ws), _rows_for(layer.down, ws)
+    # scheduler="dynamic": the kernel's work counter last (one word per stream, shared by the
+    # two GEMMs: each launch leaves it zero for the next in stream order; dynamic_walk)
+    dyn, dyn_down = (t.scheduler == "dynamic" for t in (layer.schedule, layer.down))
+    work = (work_word(x.device),) if dyn else ()
+    work_down = (work_word(x.device),) if dyn_down else ()
     if up:   # K-major activation scales, weight scales 16-byte pitched (smem_scales)
-        run(grouped_gemm_fp8_smem_kernel(True, fused, down, skip), ws["xq"],
+        run(grouped_gemm_fp8_smem_kernel(True, fused, down, skip, dyn), ws["xq"],
             w13.view(E, 2, inter, H), ws["xs"].view(M, -1), s13, tile_expert, tiles, *rows,
-            *outs, s=layer.schedule)
+            *outs, *work, s=layer.schedule)
     else:
-        run(grouped_gemm_fp8_kernel(True, fused, down, skip), ws["xq"],
+        run(grouped_gemm_fp8_kernel(True, fused, down, skip, dyn), ws["xq"],
             w13.view(E, 2, inter, H), ws["xs"], s13, tile_expert, tiles, *rows, *outs,
-            s=layer.schedule)
+            *work, s=layer.schedule)
     if not fused:
         run(quantize_1x128_kernel(ag.bf16, k_major=down), ws["h"].view(M, inter // GROUP, GROUP),
             ws["hq"].view(M, inter // GROUP, GROUP), ws["hs"])
     if down:
-        run(grouped_gemm_fp8_smem_kernel(False, tile_rows=skip_down), ws["hq"], w2,
-            ws["hs"].view(M, -1), s2, tile_expert, tiles, *rows_down, ws["y"], s=layer.down)
+        run(grouped_gemm_fp8_smem_kernel(False, tile_rows=skip_down, dynamic=dyn_down),
+            ws["hq"], w2, ws["hs"].view(M, -1), s2, tile_expert, tiles, *rows_down, ws["y"],
+            *work_down, s=layer.down)
     else:
-        run(grouped_gemm_fp8_kernel(False, tile_rows=skip_down), ws["hq"], w2, ws["hs"], s2,
-            tile_expert, tiles, *rows_down, ws["y"], s=layer.down)
+        run(grouped_gemm_fp8_kernel(False, tile_rows=skip_down, dynamic=dyn_down), ws["hq"],
+            w2, ws["hs"], s2, tile_expert, tiles, *rows_down, ws["y"], *work_down,
+            s=layer.down)
 
 
 @functools.lru_cache(maxsize=256)
