@@ -51,6 +51,10 @@ output is checked against a float64 reference on the same routing (relative Frob
                                                     # alternate and rotate (the first path
                                                     # measured in a process runs fastest),
                                                     # median round, spread in the log
+    python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 4096 8192 16384 --rounds 3 \
+        --fp8-only split_smem_tma split_smem_tma_grid split_smem_tma_dyn
+                                                    # the static walk, one CTA a unit and
+                                                    # the dynamic walk (scheduler="dynamic")
 
 Prints one line per measurement, then a markdown table; writes moe.json and moe.md under --out.
 """
@@ -1098,6 +1102,13 @@ def fp8_variants() -> dict:
             # over ~140 long gate-up units so the m-tiles of one expert stop sharing weight
             # reads in L2; on both GEMMs, and on the gate-up only
             "split_smem_tma_grid": replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False),
+            # the persistent walk with its units drawn from a work counter in the order CTAs
+            # ask (MoeSchedule.scheduler="dynamic", docs/design/dynamic_scheduler.md): the
+            # grid's locality (the running units neighbours in the raster) with the start
+            # paid once per SM; both GEMMs, and with the fused quantize. Not measured yet
+            "split_smem_tma_dyn": replace(FP8_PREFILL_SPLIT_SMEM_TMA, scheduler="dynamic"),
+            "split_smem_tma_dyn_fusedq": replace(FP8_PREFILL_SPLIT_SMEM_TMA, scheduler="dynamic",
+                                                 quantize_out=True),
             # the persistent walk on fewer SMs (DeepGEMM picks the fewest SMs that keep the
             # waves: less L2 contention and clock drop under fp8 load; the dense kernel's
             # "128 SMs" variant led at 2 of 5 shapes, docs/perf/fp8.md)
