@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.errors import TraceError
@@ -140,6 +141,37 @@ def test_dynamic_kernels_verify_clean(name, build, schedule):
     proven = {o.code for o in report.proven}
     assert {"pipe.totals", "pipe.release", "pipe.deadlock", "wgmma.agree", "wgmma.k-once",
             "store.coords", "atomic.tickets"} <= proven, proven
+
+
+@pytest.mark.parametrize("bug,code", [("wrap+1", "atomic.tickets"),
+                                      ("per-cta", "atomic.tickets"),
+                                      ("unit+1", "store.coords")])
+def test_the_verifier_catches_seeded_draw_bugs(bug, code, monkeypatch):
+    """On the smem gate-up: a counter that wraps one late (it never returns to zero), a
+    counter per CTA (units drawn by several CTAs), consumers that store the next ticket's
+    unit (the peek + 1)."""
+    import argus.kernels.moe_fp8 as F
+    from argus.kernels.warp_specialized import OperandRing, tile_coords
+
+    def draws(first, programs, m_units, n_tiles, group_m, TileExpert, Work):
+        total = m_units * n_tiles
+        for _ in ag.range(first, total, programs):
+            if bug == "wrap+1":
+                ticket = ag.atomic_fetch_add(Work, (0,), wrap=total + 1)
+            elif bug == "per-cta":
+                ticket = ag.atomic_fetch_add(Work, (first,), wrap=total)
+            else:
+                ticket = ag.atomic_fetch_add(Work, (0,), wrap=total)
+            mu, n = tile_coords(ticket, m_units, n_tiles, group_m)
+            yield ticket, mu, n, ag.load_scalar(TileExpert, (mu, 0))
+
+    monkeypatch.setattr(F, "_draws", draws)
+    if bug == "unit+1":
+        monkeypatch.setattr(OperandRing, "peek_unit", lambda self: self.pipe.peek() + 1)
+    kernel = F.grouped_gemm_fp8_smem_kernel.__wrapped__(True, dynamic=True)
+    report = verify.run(lower_only(kernel, s=_dyn(FP8_PREFILL_SPLIT_SMEM_TMA)))
+    hit = [d for d in report.errors + report.unknowns if d.code == code]
+    assert hit, "\n".join(str(d) for d in report.errors + report.unknowns)
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
