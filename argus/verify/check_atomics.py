@@ -28,6 +28,10 @@ them (transfer/memory.py records them as atomic sites, never as stores). Two cla
       tail + tile, an element per tail tile, D = tail); an element that does not read t is
       the case D = 1, stop = wrap (the dynamic scheduler's one work counter, drawn once per
       unit of the walk: GemmSchedule(scheduler="dynamic")). Proven in NIA for two instances.
+      Both forms also claim that no other atomic site of the kernel reaches the element
+      (`_alone`): the counts above are one site's, so a second draw from the element (two
+      fetches an iteration, the ticket of the second handed on) would repeat that site's
+      tickets while each site's own claims hold.
   atomic.tickets, the merge — an `ag.when` whose condition compares a wrapping counter's old
       value (`old == k`, as a conjunct too) lets through no arrival but the last: for every
       ticket x in 0 .. wrap - 1 that passes the comparison, x == wrap - 1. The arrivals draw
@@ -124,9 +128,12 @@ def _tickets(model: Model, a) -> Obligation:
     # pid 0), and the claims above, over two instances that do arrive, cannot see an
     # instance that never does
     guarded = [sc for sc in a.site.scopes if sc.kind in ("if", "loop")]
-    stride = _grid_stride(model, a, own, sub, cell1, cell2, inside, free, guarded, wrap)
+    alone = _alone(model, a, cell1)
+    stride = _grid_stride(model, a, own, sub, cell1, cell2, inside, free, guarded, wrap,
+                          alone)
     if stride is not None:
         return stride
+    claims += alone
     if guarded:
         claims.append((f"the counter is reached under no condition and in no runtime loop "
                        f"(the {guarded[0].kind} at {guarded[0].op.loc})", z3.BoolVal(False)))
@@ -171,7 +178,34 @@ def _who(model: Model, zm, a, msg: str, wit: dict) -> str:
 _FIXED_KINDS = ("pid", "cluster", "rank", "wg")
 
 
-def _grid_stride(model: Model, a, own, sub, cell1, cell2, inside, free, guarded, wrap):
+def _alone(model: Model, a, cell1) -> list:
+    """The claims that no other atomic site reaches this counter's element: the arrivals
+    counted by this site's claims are then the element's only ones. Another site drawing from
+    the same element (a second draw in the walk's loop) would take tickets out of this site's
+    sequence: each site alone reached by wrap instances, the element by more, so this site's
+    tickets repeat across instances (and the walk's units, read from them, repeat or go
+    missing) while each site's claims hold. The other site's instance is its own (its scope
+    variables renamed apart), constrained by its scopes inside the claim, never a premise."""
+    out = []
+    for b in model.atomics:
+        if b is a or b.tensor.value.id != a.tensor.value.id:
+            continue
+        own_vars = list(b.site.scope_vars()) + [v for v, _, _ in model.grid_vars]
+        ren = [(v, fresh_int(f"{v}@other")) for v in own_vars]
+
+        def apart(t, ren=ren):
+            t = t if isinstance(t, z3.BoolRef) else _num(t)
+            return z3.substitute(t, *ren) if ren else t
+        meet = z3.And([apart(o) == c for o, c in zip(b.offsets, cell1)])
+        out.append((f"no other atomic on {a.tensor.name} ({b.kind} at {b.op.loc}) reaches "
+                    f"this counter's element",
+                    z3.Implies(z3.And([apart(c) for c in b.site.constraints()]),
+                               z3.Not(meet))))
+    return out
+
+
+def _grid_stride(model: Model, a, own, sub, cell1, cell2, inside, free, guarded, wrap,
+                 alone: list):
     """atomic.tickets for a counter in a grid-stride loop (module docstring), or None when the
     atomic is not in that form (then the general claims apply, and fail on the loop)."""
     if len(guarded) != 1 or guarded[0].kind != "loop" or len(free) != 1:
@@ -215,7 +249,7 @@ def _grid_stride(model: Model, a, own, sub, cell1, cell2, inside, free, guarded,
          z3.Implies(meet, t % residue == t2 % residue)),
         ("instances with t equal mod D (and the other ids equal) meet at one element",
          z3.Implies(z3.And(t % residue == t2 % residue, same), meet)),
-    ]
+    ] + alone
 
     def decode(zm, violated):
         wit = {"shapes": W.shapes(model, zm), "violated": violated,

@@ -169,6 +169,9 @@ def _pipe(model: Model, pipe: PipeInfo):
                                      "proven", tier="arith"))   # the count names no wg
             ob = _totals(model, pipe, pr, cr, _num(tp), _num(tc), subject, sites)
             (obs if isinstance(ob, Obligation) else finds).append(ob)
+    for site, n in pipe.peeks:
+        ob = _peek_consumed(model, pipe, site, n, subject)
+        (obs if isinstance(ob, Obligation) else finds).append(ob)
     # -- clusters: who writes a slot, who releases it ----------------------------------------
     multicast = [x for st in producers for x in st.op.body.walk()
                  if isinstance(x, O.TmaLoad) and x.multicast]
@@ -394,6 +397,35 @@ def _unrolled(model: Model, term):
             break
         term = z3.substitute(term, *subs)
     return term
+
+
+def _peek_consumed(model: Model, pipe: PipeInfo, site, n, subject: str):
+    """pipe.totals for a pipe.peek: the step whose fill it waits for (its role's counter n
+    there) is one the role consumes, n < the role's total. The producer fills only the steps
+    the consumers consume (the totals above), so a peek past the role's last step (after the
+    walk, or with no step to follow in its iteration) waits for a fill that never comes:
+    the kernel hangs, whatever the word would have been used for."""
+    role = site.role.name if site.role is not None else None
+    total = pipe.totals.get((role, "consume"))
+    what = subject + f": the peek at {site.op.loc}"
+    if total is None:
+        return Finding("pipe.totals", site.op.loc, what, "violated",
+                       f"role {role!r} peeks at the pipeline but consumes no step of it: the "
+                       f"fill it waits for never comes", {"role": role},
+                       fix="peek in the role that consumes the pipeline, before its step")
+    total = _unrolled(model, _num(total))
+
+    def decode(zm, violated):
+        wit = {"shapes": W.shapes(model, zm), "peek_step": value(zm, _num(n)),
+               "consumer_steps": value(zm, total), "role": role}
+        return (f"it waits for the fill of step {wit['peek_step']} (counting from 0) of role "
+                f"{role!r}, which consumes {wit['consumer_steps']} step(s): that fill never "
+                f"comes and the role hangs"), wit
+    return Obligation("pipe.totals", site.op.loc, what,
+                      list(model.premises) + site.constraints(),
+                      [("the peeked step is consumed", _num(n) < total)], decode,
+                      fix="peek before a consume step of the same pipeline (the unit's first "
+                          "K step), not after the role's last one")
 
 
 def _totals(model, pipe, pr, cr, tp, tc, subject, sites):

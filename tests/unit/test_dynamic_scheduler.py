@@ -235,21 +235,48 @@ def test_the_verifier_catches_a_unit_read_after_the_main_loop(monkeypatch):
     assert coords, "\n".join(str(d) for d in report.errors + report.unknowns)
 
 
+def test_the_verifier_catches_a_peek_with_no_step_to_follow(monkeypatch):
+    """A peek after the consumers' walk (its word unused) waits for the fill of a step the
+    role never consumes, which the producer never fills: the kernel hangs. pipe.totals claims
+    every peek's step is below its role's total (check_pipeline `_peek_consumed`)."""
+    rings = []
+    original_alloc, original_slots = OperandRing.alloc.__func__, TileScheduler.slots
+
+    def alloc(cls, *args, **kw):
+        rings.append(original_alloc(cls, *args, **kw))
+        return rings[-1]
+
+    def slots(self):
+        yield from original_slots(self)
+        rings[-1].peek_unit()
+    monkeypatch.setattr(OperandRing, "alloc", classmethod(alloc))
+    monkeypatch.setattr(TileScheduler, "slots", slots)
+    report = _report()
+    hang = [d for d in report.errors if d.code == "pipe.totals" and "peek" in str(d)]
+    assert hang, "\n".join(str(d) for d in report.errors + report.unknowns)
+
+
 @pytest.mark.parametrize("bug,code", [("wrap+1", "atomic.tickets"),
                                       ("per-cta", "atomic.tickets"),
+                                      ("double-draw", "atomic.tickets"),
                                       ("unit+1", "store.coords"),
                                       ("static-store", "store.coords")])
 def test_the_verifier_catches_seeded_draw_bugs(bug, code, monkeypatch):
     """A counter that wraps one late (wrap = total + 1: it never returns to zero, and a unit
     could be drawn twice across launches), a counter per CTA (each CTA draws 0, 1, ..: units
     drawn by several CTAs), a consumer that stores the next unit's tile (ticket + 1), and a
-    consumer that stores at the static walk's unit instead of the drawn one."""
+    consumer that stores at the static walk's unit instead of the drawn one; a producer
+    that draws twice an iteration and hands on the second ticket (each site alone is reached
+    by `total` instances, the counter by twice as many: the handed-on tickets repeat)."""
     def draws(self, counter):
         for t in ag.range(self.first, self.total, self.programs):
             if bug == "wrap+1":
                 ticket = ag.atomic_fetch_add(counter, (0,), wrap=self.total + 1)
             elif bug == "per-cta":
                 ticket = ag.atomic_fetch_add(counter, (self.first,), wrap=self.total)
+            elif bug == "double-draw":
+                ag.atomic_fetch_add(counter, (0,), wrap=self.total)
+                ticket = ag.atomic_fetch_add(counter, (0,), wrap=self.total)
             else:
                 ticket = ag.atomic_fetch_add(counter, (0,), wrap=self.total)
             yield ticket, self.locate(ticket)

@@ -140,6 +140,10 @@ class PipeInfo:
     consumers: int
     steps: list[StepInfo] = field(default_factory=list)
     totals: dict = field(default_factory=dict)   # (role name, kind) -> total steps term
+    # each pipe.peek: (its site, the role's step counter there: the step whose fill it reads)
+    peeks: list = field(default_factory=list)
+    # the payload word each produce step writes (Produce.payload), by the step's site seq
+    payload_words: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -38,8 +38,8 @@ def step(m: Model, op: O.Produce | O.Consume, scopes, role, counters, following)
         pipe.steps.append(info)
     counters[op.pipe.id] = n + 1
     if isinstance(op, O.Produce) and op.payload is not None and m._recording:
-        # the word this step writes, by its site (pipe_payload resolves reads against it)
-        m.__dict__.setdefault("_payload_words", {})[site.seq] = m.scalar(op.payload)
+        # the word this step writes, by its site (pipe_peek resolves reads against it)
+        pipe.payload_words[site.seq] = m.scalar(op.payload)
     m._walk(op.body, scopes + (m._scope(kind, op, None, ()),), role, counters)
 
 
@@ -59,13 +59,15 @@ def pipe_peek(m: Model, op: O.PipePayload, scopes, role, counters, following) ->
     # (after the iteration's steps, or of a ring with several payload-writing produce sites)
     # reads an opaque word, a function of n, which proves nothing of what it is used for.
     n = _num(counters.get(op.pipe.id, 0))
-    words = m.__dict__.get("_payload_words", {})
     pipe = m.pipes.get(op.pipe.id)
     if pipe is None:
         raise _Unsupported("pipe.peek on an unknown pipeline")
+    words = pipe.payload_words
     sites = {st.site.seq: st for st in pipe.steps
              if st.kind == "produce" and st.site.seq in words}
     reader = m._site(op, scopes, role)
+    if m._recording:   # check_pipeline proves the role consumes that step (else: a hang)
+        pipe.peeks.append((reader, n))
     nest = _shared_loops(m, next(iter(sites.values())), reader, n) if len(sites) == 1 \
         else None
     if nest is None or not z3.eq(nest[2], z3.IntVal(0)):
