@@ -523,7 +523,10 @@ class AtomicFetchAdd(Op):
     0 after __syncthreads, ld.acquire by thread 0 before it). Offsets outside the tensor: no
     atomic, result -1. Legal where the whole group reaches it (not under a per-thread guard).
     The old values one element returns are distinct while it takes fewer than wrap (2^32
-    without wrap) additions; verify/check_atomics.py proves when that is so."""
+    without wrap) additions; verify/check_atomics.py proves when that is so. `alone` (set by
+    lower/elect.py for the atomic in the body of an elect of one thread, e.g. a producer
+    drawing its next unit): that thread is the group's only one to run it, so it runs the
+    atomic into a value of its own, without the barriers and the broadcast."""
 
     NAME = "atomic.fetch_add"
     RESULTS = ("result",)
@@ -533,6 +536,7 @@ class AtomicFetchAdd(Op):
     value: Value
     wrap: Value | None = None
     scratch: tuple[Value, ...] = ()
+    alone: bool = field(default=False, metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)
@@ -944,8 +948,8 @@ class Elect(Op):
 # scalar reads from global memory (a producer reading its coordinates: the value feeds only
 # ops inside the elected body), pipeline produce steps and their TMA loads, smem views.
 # AtomicFetchAdd: a producer's draw of its next unit from a global work counter (dynamic
-# scheduler): one atomic per warpgroup, which the elected thread runs alone (codegen renders
-# it without the group barriers and broadcast slot it needs for a whole group)
+# scheduler): one atomic per warpgroup, which the elected thread runs alone (lower/elect.py
+# marks it `alone`: no group barriers, no broadcast slot)
 ELECTABLE = (Const, Arith, For, If, LoadScalar, Produce, TmaLoad, TmaPrefetch, SmemSlice,
              ClusterRank, AtomicFetchAdd)
 

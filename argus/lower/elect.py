@@ -18,6 +18,11 @@ once, is right).
 An `elect` written at the kernel's top level (ag.elect(): one thread of the CTA, e.g. a
 prefetch before a PDL wait) gets its group here, the CTA's thread count.
 
+An atomic.fetch_add in an elected body (a producer drawing its next unit from a work counter)
+is marked `alone`: the one thread runs it for itself, without the group barriers and the
+broadcast a whole group's atomic needs (which the other threads, skipping the body, would
+never reach).
+
 Runs after lower/sync.py, which places the setmaxnreg this pass keeps outside; the kernel gets
 the attribute `elected` (the verifier checks thread counts only once the decision is made).
 """
@@ -38,7 +43,7 @@ def run(kernel: Kernel) -> Kernel:
     body = []
     for op in kernel.body.ops:
         if isinstance(op, O.Elect) and not op.group:   # ag.elect(): one thread of the CTA
-            op = op.replace(group=kernel.attr("threads"))
+            op = op.replace(group=kernel.attr("threads"), body=_alone(op.body))
         body.append(_role(op) if isinstance(op, O.RoleOp) else op)
     return dataclasses.replace(kernel, body=Region(tuple(body))).with_attrs(elected=True)
 
@@ -52,7 +57,8 @@ def _role(role: O.RoleOp) -> O.RoleOp:
         return role  # already decided (a kernel lowered twice, or written with elect)
     rest = Region(tuple(ops))
     if all(O.electable(op) for op in rest.walk()):
-        elect = O.Elect(rest, threads=1, group=WARPGROUP_SIZE, note=NOTE, loc=role.loc)
+        elect = O.Elect(_alone(rest), threads=1, group=WARPGROUP_SIZE, note=NOTE,
+                        loc=role.loc)
         return role.replace(body=Region((*head, elect)))
     if any(isinstance(op, O.Produce) for op in rest.walk()):
         others = sorted({op.NAME for op in rest.walk() if not O.electable(op)})
@@ -62,3 +68,14 @@ def _role(role: O.RoleOp) -> O.RoleOp:
                            role.loc, fix="move that work to another role (or before the roles) "
                            "and keep the producer to index math, scalar reads and TMA loads")
     return role
+
+
+def _alone(region: Region) -> Region:
+    """`region` (an elect's body of one thread) with its atomic.fetch_add ops marked alone."""
+    def visit(op: O.Op) -> O.Op:
+        if isinstance(op, O.AtomicFetchAdd):
+            return op.replace(alone=True)
+        nested = {f.name: _alone(getattr(op, f.name)) for f in op.spec_fields()
+                  if isinstance(getattr(op, f.name), Region)}
+        return op.replace(**nested) if nested else op
+    return Region(tuple(visit(op) for op in region.ops))

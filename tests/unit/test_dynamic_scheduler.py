@@ -173,6 +173,23 @@ def test_dynamic_gemm_compiles_for_sm90a_without_spills(s):
     assert produce.index("] = v") < produce.index("mbar_arrive_expect_tx")
 
 
+def test_lowering_marks_the_elected_draw_alone():
+    """lower/elect.py, which puts the producer's body under an elect of one thread, marks the
+    draw in it `alone` (codegen renders what the op says: the thread's own atomic, no group
+    barriers or broadcast, which the threads that skip the body would never reach); the
+    consumers' atomics of the fused tail, run by whole warpgroups, stay as they were."""
+    from argus.ir import ops as O
+
+    kernel = lower_only(gemm_kernel(dynamic=True), s=GemmSchedule(scheduler="dynamic"))
+    elects = [op for op in kernel.walk() if isinstance(op, O.Elect)]
+    drawn = [op for e in elects for op in e.walk() if isinstance(op, O.AtomicFetchAdd)]
+    assert len(drawn) == 1 and drawn[0].alone
+    tail = gemm_kernel(tail_splits=2, tail_fused=True)
+    lowered = lower_only(tail, s=GemmSchedule(tail_splits=2, tail_finish="fused"))
+    ops = [op for op in lowered.walk() if isinstance(op, O.AtomicFetchAdd)]
+    assert ops and not any(op.alone for op in ops)
+
+
 def test_the_static_kernels_render_as_before():
     """No payload words, no draw: the default kernel's CUDA has neither."""
     from argus import codegen

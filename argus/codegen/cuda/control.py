@@ -71,9 +71,7 @@ def elect(em: _Emitter, op: O.Elect) -> None:
     cond = "gtid == 0" if op.threads == 1 else f"gtid % {group // op.threads} == 0"
     em.emit(f"if ({cond}) {{" + (f"  // {op.note}" if op.note else ""))
     em.indent += 1
-    outer, em.elected = em.elected, op.threads == 1
     em.region(op.body)
-    em.elected = outer
     em.indent -= 1
     em.emit("}")
 

@@ -217,7 +217,6 @@ class _Emitter(metaclass=_RuleNames):
     peers: dict[int, int] = field(default_factory=dict)  # pipe id -> CTAs releasing a slot
     cluster_size: int = 1
     in_role: bool = False        # emitting a warp role's body (group = one warpgroup)
-    elected: bool = False        # emitting the body of an elect of one thread (ir.ops.Elect)
     # a role of several warpgroups: (their count, the C name of this one's index in the role);
     # each warpgroup uses its own copy of an exchange buffer (reductions, conversions: the
     # op's scratch, lower/smem.py)

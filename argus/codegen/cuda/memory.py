@@ -538,8 +538,8 @@ def atomic_fetch_add(em: _Emitter, op: O.AtomicFetchAdd) -> None:
     or .inc.u32 with wrap) into this group's slot of the op's scratch, a group barrier,
     every thread reads the slot (ir.ops.AtomicFetchAdd). The slot's next write (the op's next
     execution) comes after that execution's first barrier, which every reader has passed.
-    Inside an elect of one thread (a producer drawing its next unit) that thread runs the
-    atomic into a register of its own: no other thread of the group runs the body."""
+    `alone` (an elect's one thread, e.g. a producer drawing its next unit: lower/elect.py) that
+    thread runs the atomic into a register of its own: no other thread of the group runs it."""
     if len(op.scratch) != 1:
         raise CompileError("atomic.fetch_add: its broadcast slot was not placed", op.loc,
                            fix="run lower.smem (argus.lower.run) before rendering")
@@ -552,7 +552,7 @@ def atomic_fetch_add(em: _Emitter, op: O.AtomicFetchAdd) -> None:
     atom = (f"ag::atom_inc_acq_rel_gpu({ptr}, (ag::uint32_t)({em.name(op.wrap)} - 1))"
             if op.wrap is not None
             else f"ag::atom_add_acq_rel_gpu({ptr}, (ag::uint32_t){em.name(op.value)})")
-    if em.elected:   # one thread runs the group's whole body: it alone needs the old value
+    if op.alone:
         n = f"v{op.result.id}"
         em.emit(f"const int {n} = ({' && '.join(conds)}) ? (int){atom} : -1;")
         em.names[op.result.id] = n
