@@ -399,8 +399,9 @@ class OperandRing:
         sB = ag.smem((stages, k_atoms * _atom_rows(bn, bk, mn_major_b), 64 if mn_major_b else bk),
                      dtype, swizzle=swizzle)
         # payload: a unit id per slot, the dynamic scheduler's hand-off (TileScheduler.draws)
-        pipe = ag.pipeline(stages, consumers=consumers, payload=True) if payload else \
-            ag.pipeline(stages, consumers=consumers)
+        # one line, one call: the tracer names the ring after the assigned variable ('pipe'),
+        # which findings and reports print
+        pipe = ag.pipeline(stages, consumers=consumers, payload=payload)
         return cls(sA, sB, pipe, bm, bn, bk, k_atoms, consumers, mn_major_a, mn_major_b,
                    precision)
 
