@@ -409,6 +409,16 @@ LPT_OWN_CAUSAL_256 = (1024, 4096)
 # early (early_q_release) up to PERSISTENT_EARLYQ_FULL (default_schedule's docstring)
 PERSISTENT_FULL = 2048
 PERSISTENT_EARLYQ_FULL = 1024
+# causal masks at these head dims up to this query length: the persistent walk in snake order
+# (tile_order "snake": every second round handed out in reverse, so each CTA's causal blocks
+# even out). H200, 2026-12-06 (tree 0bcddc6, kernels alone, default / snake): hd128 1k 387 /
+# 426, 2k 489 / 522, 4k 564 / 613, 8k 573 / 600; hd256 1k 377 / 414, 2k 531 / 549, 4k 614 /
+# 639, but 8k 630 / 524; hd64 (two CTAs an SM up to 4k, ping-pong above) tied or lost at
+# every length (1k 304 / 305, 2k 376 / 364, 4k 413 / 395, 8k 423 / 376): not taken there.
+# hd256 at 2k-4k keeps "lpt" + own_blocks on the grid: snake + own_blocks measured +3-4% there,
+# but the verifier does not yet prove that walk's step totals (pipe.totals unknown: each
+# warpgroup's per-unit count depends on the unit and the warpgroup)
+SNAKE_CAUSAL = {128: 8192, 256: 1024}
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of its arguments, asked on every op call
@@ -469,6 +479,15 @@ def default_schedule(head_dim: int, causal: bool = False,
       causal masks in both runs (-2.5 to -11%, hd128 2k the least: 466 against 478; hd256 2k
       354 against 533; with earlyq hd128 2k causal split, 486 against 478 and 471 against
       483): not taken there.
+    * head_dim 128 up to 8k and 256 up to 1k, causal (SNAKE_CAUSAL): the persistent walk in
+      snake order (tile_order "snake", h277): odd rounds handed out in reverse, so the CTAs'
+      causal work evens out (the busiest CTA 1.21-1.83x the average blocks in "head" order,
+      1.03x in snake order). H200, 2026-12-06 (tree 0bcddc6, `gpu_attention_bench.py
+      --variants default,default+snake --kernel-only`, kernels alone, that day's default /
+      snake): hd128 1k 387 / 426, 2k 489 / 522, 4k 564 / 613, 8k 573 / 600; hd256 1k 377 / 414,
+      2k 531 / 549, 4k 614 / 639 (both with own_blocks, snake replacing "lpt": not taken yet,
+      the walk with own_blocks is not proven), 8k 630 / 524 (lost); hd64 tied or lost at 1k-8k
+      (not taken).
     seq_len None (unknown) takes the long-sequence choice.
 
     Every choice takes the softmax diet (approx_exp2 + fold_scale): on the H200 (2026-12-02
@@ -489,6 +508,9 @@ def default_schedule(head_dim: int, causal: bool = False,
         if head_dim == 256 and causal and seq_len is not None and \
                 LPT_OWN_CAUSAL_256[0] < seq_len <= LPT_OWN_CAUSAL_256[1]:
             choice = dataclasses.replace(choice, tile_order="lpt", own_blocks=True)
+        if causal and seq_len is not None and seq_len <= SNAKE_CAUSAL.get(head_dim, 0):
+            # the persistent walk, odd rounds reversed
+            choice = dataclasses.replace(choice, persistent=True, tile_order="snake")
         if not causal and seq_len is not None and seq_len <= PERSISTENT_FULL:
             # short full-mask prefill: each CTA's next tile starts under this one's epilogue
             choice = dataclasses.replace(choice, persistent=True,

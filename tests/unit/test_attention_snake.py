@@ -18,7 +18,8 @@ from argus import verify
 from argus.compiler import compile_kernel, lower_only
 from argus.ir import ops as O
 from argus.kernels import attention
-from argus.kernels.attention import AttentionSchedule, attention_kernel, default_schedule
+from argus.kernels.attention import (SNAKE_CAUSAL, AttentionSchedule, attention_kernel,
+                                     default_schedule)
 from argus.target.limits import entry_registers
 from tests.loading import load_script
 from tests.mutations.corpus import rewrite
@@ -50,9 +51,16 @@ def test_the_token_sets_only_the_order_and_the_walk():
     assert _schedule("default+snake+earlyq", 128, True) == dataclasses.replace(
         default_schedule(128, True, 1024), tile_order="snake", persistent=True,
         early_q_release=True)
-    # the default is untouched: no head dim, mask or length takes the snake
-    assert all(default_schedule(d, c, n).tile_order != "snake" for d in (64, 128, 256)
-               for c in (False, True) for n in (None, 512, 1024, 2048, 4096, 16384))
+    # the default takes the snake exactly where it was measured ahead (SNAKE_CAUSAL: causal,
+    # head dim 128 up to 8k, 256 up to 1k): never full masks, head dim 64, longer or unknown
+    for d in (64, 128, 256):
+        for c in (False, True):
+            for n in (None, 512, 1024, 2048, 4096, 8192, 16384):
+                pick = default_schedule(d, c, n)
+                want = c and n is not None and n <= SNAKE_CAUSAL.get(d, 0)
+                assert (pick.tile_order == "snake") == want, (d, c, n, pick)
+                assert pick.persistent or not want
+    assert SNAKE_CAUSAL == {128: 8192, 256: 1024}
 
 
 def _snake(unit: int, programs: int, total: int) -> int:

@@ -40,11 +40,12 @@ CASES = [
 
 # every schedule default_schedule can return, by (head_dim, causal, query length): short
 # queries take other schedules (two CTAs at head dim 64; the persistent walk, with Q released
-# early up to 1k, under full masks at 128 and 256; lpt + own blocks for causal 256)
+# early up to 1k, under full masks at 128 and 256; lpt + own blocks for causal 256 at 2k-4k;
+# the snake-ordered walk for causal 128 up to 8k and 256 up to 1k)
 DEFAULTS = [(64, False, None), (64, True, None), (64, True, SHORT_CAUSAL_64), (64, False, 1024),
             (128, False, None), (128, True, None), (256, False, None), (256, True, None),
             (256, True, 4096), (128, False, 1024), (128, False, 2048), (256, False, 1024),
-            (256, False, 2048)]
+            (256, False, 2048), (128, True, 1024), (128, True, 8192), (256, True, 1024)]
 
 
 def _assert_clean(report, epilogue: str = "direct", head_dim: int = 64) -> None:
@@ -187,7 +188,8 @@ def test_own_blocks_verify_clean(head_dim):
     """own_blocks on the causal defaults without ping-pong (head dim 64 short queries, 128,
     256): each warpgroup's loop reaches every key its rows may see (tag.assert), and the
     tile's other steps, released unread, keep the producer's and consumers' totals equal."""
-    schedule = dataclasses.replace(default_schedule(head_dim, True, SHORT_CAUSAL_64),
-                                   own_blocks=True)
+    # the grid's own_blocks (head dims 128 / 256 walk in snake order at 1k: the long choice)
+    seq_len = SHORT_CAUSAL_64 if head_dim == 64 else None
+    schedule = dataclasses.replace(default_schedule(head_dim, True, seq_len), own_blocks=True)
     kernel = lower_only(attention_kernel(head_dim, ag.bf16, True, False), s=schedule)
     _assert_clean(verify.run(kernel), schedule.epilogue, head_dim)
