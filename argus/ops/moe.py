@@ -272,22 +272,100 @@ def fp8_rows_per_expert(tokens: int, top_k: int, num_experts: int) -> float:
 # slowed the gate-up at T >= 8192 (+4-8% GEMM time), so the walk keeps the separate quantize
 FP8_PREFILL_UNIT_GRID = replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False, quantize_out=True)
 
+# the walk with the gate-up quantizing h itself: the H200 class's form from FP8_BIG_TILE_ROWS
+# up to FP8_UNIT_GRID_MAX_ROWS rows an expert. DeepSeek-V3 on an NVIDIA H200 (2026-12-06
+# ~20:25 UTC, alternated rounds, median round, whole layer TFLOP/s; docs/perf/moe.md "fp8
+# prefill rule per card"): T = 1024 this 238 / the walk 239 / FP8_PREFILL_UNIT_GRID 230;
+# 2048 377 / 375 / 370; 4096 590 / 575 / 555 (another process: the walk 569, the unit grid
+# 548). The unit grid's L2 locality (the H100's win: DRAM traffic 21 -> 12 GB where its
+# 3.35 TB/s bound the gate-up) bought nothing measurable at the H200's 4.8 TB/s (its DRAM
+# traffic not profiled there); the fused quantize still saves the quantize_1x128 launch (the
+# GEMM kernels alone 4.5% slower at T = 4096: 653 against 683 TFLOP/s; the layer 2.6%
+# faster). At 256 rows (T = 8192) it tied the walk (718 against 716), so the separate
+# quantize above FP8_UNIT_GRID_MAX_ROWS stays, as on the H100
+FP8_PREFILL_WALK_FUSED_QUANTIZE = replace(FP8_PREFILL_SPLIT_SMEM_TMA, quantize_out=True)
 
-def fp8_schedule_for(tokens: int, top_k: int, num_experts: int) -> MoeFp8Schedule:
-    """The fp8 grouped GEMMs' schedule: from FP8_BIG_TILE_ROWS rows an expert on average,
-    128 x 256 tiles with each K block's wgmma split into two 128-column halves, the block scales
-    through shared memory and the TMA-store epilogue (FP8_PREFILL_SPLIT_SMEM_TMA, the dense
-    block-scaled kernel's fastest form): on one CTA a unit with the gate-up quantizing h itself
-    up to FP8_UNIT_GRID_MAX_ROWS rows an expert (FP8_PREFILL_UNIT_GRID), on the persistent walk
-    above; else 64 x 128 (FP8_SMALL, a quarter the padding). Measured on an H100, 2026-12-06
-    (docs/perf/moe.md): DeepSeek-V3's whole layer 187 / 520 TFLOP/s at T = 1024 / 4096 against
-    the walk's 167 / 478, 800-880 at T = 16384. No swap-AB decode form yet: decode sizes take
-    FP8_SMALL."""
+# The card's memory class, which the fp8 prefill rule's middle band depends on. The H100 class:
+# HBM3, 80-94 GB (H100, H800) at 3.35-3.9 TB/s, where the unit grid paid; the H200 class:
+# HBM3e (H200: 141 GB at 4.8 TB/s), where it did not. Plain strings: a task's option, JSON
+CARD_H100 = "h100"
+CARD_H200 = "h200"
+CARDS = (CARD_H100, CARD_H200)
+# more memory than any HBM3 Hopper (the H100 NVL's 94 GB): an HBM3e card
+_HBM3E_BYTES = 100 << 30
+# cuda device index -> its card class (card_of: the op asks on every call)
+_DEVICE_CARDS: dict[int, str] = {}
+
+
+def card_class(name: str, total_memory: int) -> str:
+    """The card class of a device's name and memory (bytes): the H200 class when the name
+    says H200 (GH200 too: its name contains it; unmeasured, as is its 96 GB HBM3 form) or the
+    memory exceeds 100 GiB (HBM3e); else the H100 class. Unknown cards take the H100 class,
+    the rule as first measured: wrong either way, the unit grid cost the H200 2-6% of the
+    layer at 32-128 rows an expert, while the walk cost the H100 9-10% (docs/perf/moe.md), so
+    the grid is the smaller loss (and only sm_90 cards run these kernels)."""
+    if "H200" in name.upper() or total_memory > _HBM3E_BYTES:
+        return CARD_H200
+    return CARD_H100
+
+
+def card_of(device) -> str:
+    """The card class of a torch device, asked of the driver once per device (the op calls
+    this on every step). A CPU device (the interpreter) has no card: the H100 class."""
+    import torch
+
+    if device.type != "cuda":
+        return CARD_H100
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    card = _DEVICE_CARDS.get(index)
+    if card is None:
+        props = torch.cuda.get_device_properties(index)
+        card = _DEVICE_CARDS[index] = card_class(props.name, props.total_memory)
+    return card
+
+
+def default_card() -> str:
+    """fp8_schedule_for's card when none is named: the current CUDA device's class, else (no
+    CUDA: the interpreter, a planning host) the H100 class."""
+    import torch
+
+    if torch.cuda.is_available():
+        return card_of(torch.device("cuda", torch.cuda.current_device()))
+    return CARD_H100
+
+
+def fp8_unit_grid_pays(card: str) -> bool:
+    """Whether the card's rule runs one CTA a unit from FP8_BIG_TILE_ROWS up to
+    FP8_UNIT_GRID_MAX_ROWS rows an expert: measured faster on the H100 class only."""
+    if card not in CARDS:
+        raise LaunchError(f"{_WHO}: card={card!r} is not one of {CARDS}",
+                          fix="pass argus.ops.moe.CARD_H100 or CARD_H200 (card_of(device) "
+                              "names a device's), or card=None for the current device's")
+    return card == CARD_H100
+
+
+def fp8_schedule_for(tokens: int, top_k: int, num_experts: int,
+                     card: str | None = None) -> MoeFp8Schedule:
+    """The fp8 grouped GEMMs' schedule on a card class (CARD_H100 or CARD_H200; None: the
+    current CUDA device's, else the H100 class: default_card. The op passes its x's card,
+    card_of). From FP8_BIG_TILE_ROWS rows an expert on average, 128 x 256 tiles with each K
+    block's wgmma split into two 128-column halves, the block scales through shared memory
+    and the TMA-store epilogue (FP8_PREFILL_SPLIT_SMEM_TMA, the dense block-scaled kernel's
+    fastest form); up to FP8_UNIT_GRID_MAX_ROWS rows an expert the gate-up quantizes h itself,
+    on one CTA a unit on the H100 class (FP8_PREFILL_UNIT_GRID), on the persistent walk on the
+    H200 class (FP8_PREFILL_WALK_FUSED_QUANTIZE); above, the walk with the separate quantize
+    on either; else 64 x 128 (FP8_SMALL, a quarter the padding). Measured on an H100,
+    2026-12-06 (docs/perf/moe.md): DeepSeek-V3's whole layer 187 / 520 TFLOP/s at T = 1024 /
+    4096 against the walk's 167 / 478, 800-880 at T = 16384; on an H200 the same day: 238 /
+    590 with the fused walk against the unit grid's 230 / 555, 803 at 16384. No swap-AB decode
+    form yet: decode sizes take FP8_SMALL."""
+    card = default_card() if card is None else card
+    grid = fp8_unit_grid_pays(card)      # (checks the card first: a bad one at any size)
     rows = fp8_rows_per_expert(tokens, top_k, num_experts)
     if rows < FP8_BIG_TILE_ROWS:
         return FP8_SMALL
     if rows <= FP8_UNIT_GRID_MAX_ROWS:
-        return FP8_PREFILL_UNIT_GRID
+        return FP8_PREFILL_UNIT_GRID if grid else FP8_PREFILL_WALK_FUSED_QUANTIZE
     return FP8_PREFILL_SPLIT_SMEM_TMA
 
 
@@ -876,9 +954,10 @@ def _fp8_gemms(x, w13, w2, operands, layer: Layer, run, ws: dict) -> None:
 @functools.lru_cache(maxsize=256)
 def _layer(T: int, H: int, inter: int, E: int, top_k: int,
            schedule: MoeSchedule | tuple[MoeSchedule, MoeSchedule] | None,
-           fp8: bool = False) -> Layer:
+           fp8: bool = False, card: str | None = None) -> Layer:
     """The Layer of a call's shapes (cached: choosing the decode schedules costs more host
-    time than a launch); fp8: e4m3 weights (MoeFp8Schedule, no decode form yet)."""
+    time than a launch); fp8: e4m3 weights (MoeFp8Schedule, no decode form yet), the default
+    schedule fp8_schedule_for's on `card` (the op's: its x's, card_of)."""
     down = None
     if isinstance(schedule, tuple):   # (gate-up, down): each GEMM its own (a bench's variants)
         schedule, down = schedule
@@ -895,7 +974,8 @@ def _layer(T: int, H: int, inter: int, E: int, top_k: int,
                           f"block: bn/2 must divide 128",
                           fix="use bn=256 with n_split=2 (the prefill default), bn=128 or bn=64")
     if fp8:
-        return Layer(T, H, inter, E, top_k, schedule or fp8_schedule_for(T, top_k, E), down)
+        return Layer(T, H, inter, E, top_k,
+                     schedule or fp8_schedule_for(T, top_k, E, card), down)
     elif schedule is None and T <= DECODE_MAX_TOKENS:
         schedule, down = decode_schedules(T, top_k, E, H, inter)
     elif schedule is None:
@@ -937,7 +1017,9 @@ def _run(x, w13, w2, router_logits, top_k, renormalize, scoring, activation, top
     T, H = x.shape
     E, two_i, _ = w13.shape
     fp8 = w13_scale is not None
-    layer = _layer(T, H, two_i // 2, E, top_k, schedule, fp8)
+    # the fp8 default's card: x's device's class (one dict lookup a call after the first)
+    card = card_of(x.device) if fp8 and schedule is None else None
+    layer = _layer(T, H, two_i // 2, E, top_k, schedule, fp8, card)
     if T == 0:
         return torch.empty(0, H, dtype=torch.bfloat16, device=x.device)
     x = x.contiguous()

@@ -1,7 +1,9 @@
-"""The fp8 layer through the op's DEFAULT schedule (schedule=None: fp8_schedule_for), which from
-32 rows an expert is FP8_PREFILL_SPLIT_SMEM_TMA (128 x 256 N-split, block scales through
-shared memory, TMA store; up to 128 rows an expert on one CTA a unit with the gate-up
-quantizing h itself, the persistent walk above),
+"""The fp8 layer through the op's DEFAULT schedule (schedule=None: fp8_schedule_for at x's
+card, card_of), which from 32 rows an expert is FP8_PREFILL_SPLIT_SMEM_TMA (128 x 256 N-split,
+block scales through shared memory, TMA store; up to 128 rows an expert with the gate-up
+quantizing h itself, on one CTA a unit on the H100 class and on the persistent walk on the
+H200 class; the walk with the separate quantize above). CPU tensors have no card (the H100
+class): the H200 class's form is run by naming the card the op sees (card_of patched),
 on the shapes the op accepts beyond DeepSeek-V3's: H and I multiples
 of 128 but not of 256 (the down's last 256-column tile half real, the gate-up's odd tile
 count), K/128 not a multiple of 4 (the op's zero-padded weight-scale copies, K-major activation
@@ -28,6 +30,27 @@ def _default(x, w13, w2, s13, s2, ids, weights, k, out=None):
                   None, interpret=True, out=out, w13_scale=s13, w2_scale=s2)
 
 
+@pytest.fixture
+def ran(monkeypatch):
+    """The layers the op's expert half ran (argus.ops.moe.experts, spied on)."""
+    layers = []
+    experts = M.experts
+
+    def spy(*args, **kwargs):
+        layers.append(args[5])
+        return experts(*args, **kwargs)
+
+    monkeypatch.setattr(M, "experts", spy)
+    return layers
+
+
+def _on_card(monkeypatch, card):
+    """The op's tensors on a card of `card`'s class (what card_of answers for x's device)."""
+    seen = []
+    monkeypatch.setattr(M, "card_of", lambda device: seen.append(device.type) or card)
+    return seen
+
+
 @pytest.mark.parametrize("T,E,k,H,I,form", [
     # H = I = 384: K/128 = 3 for both GEMMs (weight scales padded to 4), the down's second
     # 256-column tile one real half; T * k / E = 128
@@ -41,21 +64,52 @@ def _default(x, w13, w2, s13, s2, ids, weights, k, out=None):
     # expert 1 empty; 3 m-tiles of one expert and a ragged last one
     (300, 2, 1, 256, 384, "block"),
     # 300 rows an expert: the persistent walk, as 150 and 200 above (past
-    # FP8_UNIT_GRID_MAX_ROWS; the 128-row cases take the unit grid)
+    # FP8_UNIT_GRID_MAX_ROWS; the 128-row cases take the unit grid on the H100 class)
     (600, 2, 1, 256, 256, "block"),
 ])
-def test_default_prefill_path_matches_float64_and_the_global_scale_tile(T, E, k, H, I, form):
-    grid = T * k / E <= M.FP8_UNIT_GRID_MAX_ROWS
-    assert M._layer(T, H, I, E, k, None, True).schedule == (
-        M.FP8_PREFILL_UNIT_GRID if grid else FP8_PREFILL_SPLIT_SMEM_TMA)
+def test_default_prefill_path_matches_float64_and_the_global_scale_tile(T, E, k, H, I, form,
+                                                                        ran):
+    band = T * k / E <= M.FP8_UNIT_GRID_MAX_ROWS
+    assert M.card_of(torch.empty(0).device) == M.CARD_H100      # CPU: no card
+    want = M.FP8_PREFILL_UNIT_GRID if band else FP8_PREFILL_SPLIT_SMEM_TMA
+    assert M._layer(T, H, I, E, k, None, True, M.CARD_H100).schedule == want
     x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=T + H + I, form=form)
     out = _default(x, w13, w2, s13, s2, ids, weights, k)
+    assert [layer.schedule for layer in ran] == [want]
     assert not torch.isnan(out).any(), "a padding row or padding scale reached the output"
     exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
     assert _rel(out, exact) < 1e-2, _rel(out, exact)
     plain = M.experts(x, w13, w2, ids, weights, M.Layer(T, H, I, E, k, FP8_PREFILL),
                       interpret=True, scales=(s13, s2))
     assert torch.equal(out, plain)     # the same partials, scales and K order
+
+
+@pytest.mark.parametrize("T,E,k,H,I,form", [
+    (256, 4, 2, 384, 384, "block"),     # 128 rows an expert: the band's top, K/128 = 3
+    (64, 4, 2, 256, 640, "tensor"),     # 32 rows: its bottom; I/128 = 5, one broadcast scale
+])
+def test_the_h200_class_default_runs_the_walk_quantizing_h(T, E, k, H, I, form, ran,
+                                                           monkeypatch):
+    """On the H200 class the op's default from 32 to 128 rows an expert is the persistent walk
+    with the gate-up quantizing h itself (FP8_PREFILL_WALK_FUSED_QUANTIZE: the unit grid
+    measured slower there), taken from x's card, matching float64 and the global-scale tile;
+    the walk with the separate quantize above, as on the H100 class."""
+    seen = _on_card(monkeypatch, M.CARD_H200)
+    walk_q = M.FP8_PREFILL_WALK_FUSED_QUANTIZE
+    assert walk_q.persistent and walk_q.quantize_out and walk_q != M.FP8_PREFILL_UNIT_GRID
+    x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=T + I, form=form)
+    out = _default(x, w13, w2, s13, s2, ids, weights, k)
+    assert [layer.schedule for layer in ran] == [walk_q] and seen == ["cpu"]
+    assert not torch.isnan(out).any(), "a padding row or padding scale reached the output"
+    exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
+    assert _rel(out, exact) < 1e-2, _rel(out, exact)
+    plain = M.experts(x, w13, w2, ids, weights, M.Layer(T, H, I, E, k, FP8_PREFILL),
+                      interpret=True, scales=(s13, s2))
+    assert torch.equal(out, plain)     # the same partials, scales and K order
+    # past the band: the walk with the separate quantize (the layer only)
+    past = M.FP8_UNIT_GRID_MAX_ROWS * E // k + 1
+    assert M._layer(past, H, I, E, k, None, True, M.CARD_H200).schedule == \
+        FP8_PREFILL_SPLIT_SMEM_TMA
 
 
 def test_just_below_the_threshold_takes_the_small_tile():

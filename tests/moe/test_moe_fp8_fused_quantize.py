@@ -145,7 +145,8 @@ def test_quantize_out_schedule_checks(kwargs):
 def test_quantize_out_repr_and_kernel_checks():
     assert "quantize_out" not in repr(FP8_PREFILL_SPLIT_SMEM_TMA)
     assert repr(_q(FP8_PREFILL_SPLIT_SMEM_TMA)).endswith("smem_scales=True, quantize_out=True)")
-    assert M.fp8_schedule_for(16384, 8, 256) == FP8_PREFILL_SPLIT_SMEM_TMA   # not the default
+    for card in M.CARDS:                        # not the default at 512 rows on either card
+        assert M.fp8_schedule_for(16384, 8, 256, card) == FP8_PREFILL_SPLIT_SMEM_TMA
     with pytest.raises(Exception, match="quantize_out=True"):     # bf16 kernel, fused schedule
         lower_only(grouped_gemm_fp8_smem_kernel(True), s=_q(FP8_PREFILL_SPLIT_SMEM))
     with pytest.raises(Exception, match="gate-up's"):
