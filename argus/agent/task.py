@@ -139,6 +139,12 @@ class TaskSpec:
             moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe: also the op)
             f["fp8_big_tile_rows"] = moe_ops.FP8_BIG_TILE_ROWS
             f["fp8_unit_grid_max_rows"] = moe_ops.FP8_UNIT_GRID_MAX_ROWS
+            # the card class the rule is read at (moe_fp8_task's option) and whether its
+            # rule runs one CTA a unit up to fp8_unit_grid_max_rows (the H100 class only)
+            from argus.agent.families.moe_fp8 import task_card
+
+            f["card"] = card = task_card(self)
+            f["fp8_unit_grid"] = int(moe_ops.fp8_unit_grid_pays(card))
         return f
 
     def to_json(self) -> dict[str, Any]:

@@ -283,7 +283,8 @@ MOE_FP8_CONSTRAINTS = (
     # replaces MoeSchedule's decode_threshold (the same code: the most derived wins): the fp8
     # path has no swap-AB decode form, its small-size rule is the tile's rows. The facts are
     # argus/ops/moe.py's own (families/moe_fp8.py _rule: FP8_BIG_TILE_ROWS,
-    # FP8_UNIT_GRID_MAX_ROWS and fp8_schedule_for's choice at the task), never copies.
+    # FP8_UNIT_GRID_MAX_ROWS and fp8_schedule_for's choice at the task and its card), never
+    # copies.
     # All three are warnings: the rule is measured speed, not legality
     Constraint("decode_threshold", lambda s, f: s["bm"] == f["rule_bm"],
                lambda s, f: (f"bm={s['bm']} at {f['rows_per_expert']:.0f} rows an expert on "
@@ -297,37 +298,47 @@ MOE_FP8_CONSTRAINTS = (
                severity="warning"),
     Constraint("unit_grid", lambda s, f: s["persistent"] == f["rule_persistent"],
                lambda s, f: (f"persistent={s['persistent']} at {f['rows_per_expert']:.0f} rows "
-                             f"an expert on average: argus/ops/moe.py fp8_schedule_for runs one "
-                             f"CTA a unit (persistent=False) from {f['big_tile_rows']} up to "
-                             f"{f['unit_grid_max_rows']} rows an expert (FP8_BIG_TILE_ROWS, "
-                             "FP8_UNIT_GRID_MAX_ROWS: the grid's L2 locality measured faster) "
-                             "and the persistent walk otherwise (the CTA start paid once over "
-                             "many units)"),
+                             f"an expert on average on the {f['card']} class: "
+                             "argus/ops/moe.py fp8_schedule_for " + (
+                                 f"runs one CTA a unit (persistent=False) from "
+                                 f"{f['big_tile_rows']} up to {f['unit_grid_max_rows']} rows "
+                                 "an expert (FP8_BIG_TILE_ROWS, FP8_UNIT_GRID_MAX_ROWS: the "
+                                 "grid's L2 locality measured faster on the H100) and the "
+                                 "persistent walk otherwise (the CTA start paid once over many "
+                                 "units)" if f["unit_grid_pays"] else
+                                 "runs the persistent walk at every size on this card "
+                                 f"(one CTA a unit from {f['big_tile_rows']} up to "
+                                 f"{f['unit_grid_max_rows']} rows an expert, "
+                                 "FP8_UNIT_GRID_MAX_ROWS, measured slower on the H200: "
+                                 "fp8_unit_grid_pays)")),
                lambda s, f: f"use persistent={f['rule_persistent']} (fp8_schedule_for's grid "
-                            "here)",
-               "argus/ops/moe.py fp8_schedule_for (FP8_BIG_TILE_ROWS, FP8_UNIT_GRID_MAX_ROWS)",
-               reads=("persistent",), severity="warning"),
-    # quantize_out against the rule's: fp8_schedule_for's unit-grid form (FP8_PREFILL_UNIT_GRID)
-    # has the gate-up quantize h itself, its walk keeps the separate quantize_1x128. Without
-    # the rule's n_split and bn (the fused epilogue's tile: the class refuses quantize_out on
-    # others) there is nothing to fuse, so leaving it off there is no disagreement
+                            f"here, on the {f['card']} class)",
+               "argus/ops/moe.py fp8_schedule_for (FP8_BIG_TILE_ROWS, FP8_UNIT_GRID_MAX_ROWS, "
+               "fp8_unit_grid_pays)", reads=("persistent",), severity="warning"),
+    # quantize_out against the rule's: fp8_schedule_for's form up to FP8_UNIT_GRID_MAX_ROWS
+    # (FP8_PREFILL_UNIT_GRID on the H100 class, FP8_PREFILL_WALK_FUSED_QUANTIZE on the H200
+    # class) has the gate-up quantize h itself, the walk above keeps the separate
+    # quantize_1x128. Without the rule's n_split and bn (the fused epilogue's tile: the class
+    # refuses quantize_out on others) there is nothing to fuse, so leaving it off there is no
+    # disagreement
     Constraint("gate_up_quantize",
                lambda s, f: s["quantize_out"] == f["rule_quantize_out"] or (
                    not s["quantize_out"] and (s["n_split"], s["bn"]) != (f["rule_n_split"],
                                                                          f["rule_bn"])),
                lambda s, f: (f"quantize_out={s['quantize_out']} at {f['rows_per_expert']:.0f} "
-                             f"rows an expert on average: argus/ops/moe.py fp8_schedule_for has "
-                             f"the gate-up quantize h itself (quantize_out=True: no bf16 h, no "
-                             f"quantize_1x128 launch) on its unit grid, from "
-                             f"{f['big_tile_rows']} up to {f['unit_grid_max_rows']} rows an "
-                             "expert (FP8_PREFILL_UNIT_GRID: the layer measured faster), and "
-                             "the separate quantize elsewhere (on the walk the fused gate-up "
-                             "measured slower)"),
+                             f"rows an expert on average on the {f['card']} class: "
+                             f"argus/ops/moe.py fp8_schedule_for has the gate-up quantize h "
+                             f"itself (quantize_out=True: no bf16 h, no quantize_1x128 launch) "
+                             f"from {f['big_tile_rows']} up to {f['unit_grid_max_rows']} rows "
+                             f"an expert ({f['band_form']}, on "
+                             f"{'the unit grid' if f['unit_grid_pays'] else 'the walk'} on this "
+                             "card: the layer measured faster), and the separate quantize above "
+                             "(there the fused gate-up's kernels measured slower)"),
                lambda s, f: f"use quantize_out={f['rule_quantize_out']} (fp8_schedule_for's "
-                            "gate-up here)",
+                            f"gate-up here, on the {f['card']} class)",
                "argus/ops/moe.py fp8_schedule_for (FP8_PREFILL_UNIT_GRID, "
-               "FP8_UNIT_GRID_MAX_ROWS)", reads=("quantize_out", "n_split", "bn"),
-               severity="warning"),
+               "FP8_PREFILL_WALK_FUSED_QUANTIZE, FP8_UNIT_GRID_MAX_ROWS)",
+               reads=("quantize_out", "n_split", "bn"), severity="warning"),
 )
 
 

@@ -1,8 +1,11 @@
 """The fp8 MoE family: the block-scaled e4m3 expert GEMMs of argus.ops.moe
 (argus/kernels/moe_fp8.py), tuned as the one MoeFp8Schedule both grouped GEMMs share (the
 schedule `moe(..., w13_scale=..., w2_scale=..., schedule=s)` accepts). A task is
-`moe_fp8_task(T, H, I, E, top_k)`: e4m3 weights with 128 x 128 block scales (DeepSeek-V3's
-weight_scale_inv), activations quantized 1x128 on their way into the layout.
+`moe_fp8_task(T, H, I, E, top_k, card=...)`: e4m3 weights with 128 x 128 block scales
+(DeepSeek-V3's weight_scale_inv), activations quantized 1x128 on their way into the layout, on
+a card class (argus.ops.moe CARD_H100 / CARD_H200, the task's `card` option: fp8_schedule_for's
+rule depends on it; unnamed, argus.ops.moe.default_card's: the current CUDA device's class,
+else the H100 class).
 
 Action space (flat parameters, one MoeFp8Schedule): the tile (bm = 64 per consumer warpgroup,
 bn), ring stages, the epilogue (registers, or stmatrix + TMA store), CTA pairs sharing the
@@ -31,9 +34,12 @@ forms read from argus/ops/moe.py (`_rule`; no copies here): the tile (decode_thr
 128 x 256 split from FP8_BIG_TILE_ROWS rows an expert on average, 64-row tiles below, the fp8
 path's "decode" rule as it has no swap-AB form), the grid (unit_grid: one CTA a unit from
 FP8_BIG_TILE_ROWS up to FP8_UNIT_GRID_MAX_ROWS rows an expert, the persistent walk otherwise)
-and the gate-up's quantize (gate_up_quantize: quantize_out on the unit grid,
-FP8_PREFILL_UNIT_GRID, the separate quantize elsewhere). The start point is fp8_schedule_for's
-schedule itself; the naive point (64 x 64, 2 stages, the walk) quantizes separately.
+and the gate-up's quantize (gate_up_quantize: quantize_out up to FP8_UNIT_GRID_MAX_ROWS,
+the separate quantize above), each at the task's card: on the H100 class the band from
+FP8_BIG_TILE_ROWS up to FP8_UNIT_GRID_MAX_ROWS is the unit grid (FP8_PREFILL_UNIT_GRID), on the
+H200 class the walk (FP8_PREFILL_WALK_FUSED_QUANTIZE: the unit grid measured slower there). The
+start point is fp8_schedule_for's schedule at the task's card; the naive point (64 x 64, 2
+stages, the walk) quantizes separately.
 
 Cost model (an estimate, calibrated): each grouped GEMM by the GEMM cost model
 (cost_model.gemm_estimate at the fp8 tensor rate: a 128-deep e4m3 K step moves the bytes of a
@@ -54,20 +60,29 @@ pair where measured, else the plain runs' means) at T = 1024, 2048, 4096 (one po
 8192 (1.026) and 16384 (1.044), read at the walk's units a CTA (`units_per_cta`, in 128 x 256
 tiles of output), log-linear between, the nearest outside. An estimate fitted to those points:
 it prefers the grid from 32 to 128 rows an expert at DeepSeek-V3 and the walk from 256, as
-fp8_schedule_for does. quantize_out drops quantize_1x128 from the glue (h read in bf16 and
-written in e4m3, one launch), has the gate-up write e4m3 from registers in the structural
-model, and multiplies the GEMMs by `quantize_out_factor`, fitted so they move by the fused /
-separate ratio of the GEMM kernels measured in the same alternated run
+fp8_schedule_for does on the H100 class. quantize_out drops quantize_1x128 from the glue (h
+read in bf16 and written in e4m3, one launch), has the gate-up write e4m3 from registers in the
+structural model, and multiplies the GEMMs by `quantize_out_factor`, fitted so they move by the
+fused / separate ratio of the GEMM kernels measured in the same alternated run
 (QUANTIZE_OUT_MEASURED_US: +0-2% at one m-tile an expert, +4-8% at T >= 8192, on each grid).
 With these the estimate's best of the split's four measured forms (walk or grid, either
-quantize) is fp8_schedule_for's at T = 1024, 4096, 8192 and 16384 and the measured best of the
-alternated run (at 16384 a 0.3% tie: the fused walk's layer 14.304 against 14.346 ms, though
-its GEMMs measured +7.6%). Off the calibration point the structural model (padding,
-waves, stages, tile) moves the estimate; its ordering of unmeasured points is a model's, not a
-measurement's. Each GEMM is at least its experts' weights read once from HBM (`_structural`:
-the GEMM model alone shares B across m-tiles), which at 32 and 64 rows an expert puts the split
-128 x 256 ahead of FP8_SMALL, as measured (T = 1024: 4.090 against 4.244 ms, the grids 3.761
-against 4.147).
+quantize) is fp8_schedule_for's on the H100 class at T = 1024, 4096, 8192 and 16384 and the
+measured best of the alternated run (at 16384 a 0.3% tie: the fused walk's layer 14.304
+against 14.346 ms, though its GEMMs measured +7.6%). Off the calibration point the structural
+model (padding, waves, stages, tile) moves the estimate; its ordering of unmeasured points is a
+model's, not a measurement's. Each GEMM is at least its experts' weights read once from HBM
+(`_structural`: the GEMM model alone shares B across m-tiles), which at 32 and 64 rows an
+expert puts the split 128 x 256 ahead of FP8_SMALL, as measured (T = 1024: 4.090 against
+4.244 ms, the grids 3.761 against 4.147).
+
+The cost model is the H100's, whatever the task's card: its factors are fitted to the H100
+runs above (the overlap ratio excepted, an H200 run's; the structural model's hardware
+figures are cost_model.H200's), and none to the H200's runs of 2026-12-06 (docs/perf/moe.md
+"fp8 prefill rule per card": the split's walk, grid and fused forms at DeepSeek-V3, the layer
+and its GEMM kernels, one run each; a model per card is not built). On the H200 class the
+start and the warnings follow argus.ops.moe's rule (the walk with quantize_out from 32 to 128
+rows an expert), while the estimate still prefers the unit grid there (grid_factor 0.843, the
+H100's): an estimate that disagrees with the H200's measurement, not a measurement of it.
 
 Evaluation: `run` calls argus.ops.moe's expert path with the schedule and the weight scales (the
 interpreter on CPU tensors, the compiled kernels on CUDA ones), checked against
@@ -127,20 +142,34 @@ def params_of(schedule) -> dict[str, Any]:
     return {name: getattr(schedule, name) for name in FIELDS}
 
 
-def _rule(d: dict[str, int]) -> dict[str, Any]:
-    """argus.ops.moe's fp8 prefill rule at these shapes, read from argus/ops/moe.py (the one
-    source of its thresholds): the rows an expert gets on average (fp8_rows_per_expert), the
-    thresholds FP8_BIG_TILE_ROWS and FP8_UNIT_GRID_MAX_ROWS, and fp8_schedule_for's bm and
-    persistent there, and whether its gate-up quantizes h itself (quantize_out, with the n_split
-    and bn that form takes); the tiles' rows (FP8_PREFILL_SPLIT_SMEM_TMA's, FP8_SMALL's) for
-    the warnings' text."""
+def _moe_ops():
     import importlib
 
+    return importlib.import_module("argus.ops.moe")   # (argus.ops.moe is also the op)
+
+
+def task_card(task: TaskSpec) -> str:
+    """The card class a task's rule is read at: its `card` option (moe_fp8_task records one),
+    else argus.ops.moe.default_card's (a task written before the option)."""
+    return task.opts.get("card") or _moe_ops().default_card()
+
+
+def _rule(d: dict[str, int], card: str) -> dict[str, Any]:
+    """argus.ops.moe's fp8 prefill rule at these shapes on the card class, read from
+    argus/ops/moe.py (the one source of its thresholds): the rows an expert gets on average
+    (fp8_rows_per_expert), the thresholds FP8_BIG_TILE_ROWS and FP8_UNIT_GRID_MAX_ROWS, whether
+    the card's rule runs the unit grid between them (fp8_unit_grid_pays) and the name of its
+    form there, and fp8_schedule_for's bm and persistent at the task, and whether its gate-up
+    quantizes h itself (quantize_out, with the n_split and bn that form takes); the tiles'
+    rows (FP8_PREFILL_SPLIT_SMEM_TMA's, FP8_SMALL's) for the warnings' text."""
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL
 
-    moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe is also the op)
-    chosen = moe_ops.fp8_schedule_for(d["T"], d["top_k"], d["E"])
-    return {"rows_per_expert": moe_ops.fp8_rows_per_expert(d["T"], d["top_k"], d["E"]),
+    moe_ops = _moe_ops()
+    chosen = moe_ops.fp8_schedule_for(d["T"], d["top_k"], d["E"], card)
+    grid = moe_ops.fp8_unit_grid_pays(card)
+    return {"card": card, "unit_grid_pays": grid,
+            "band_form": "FP8_PREFILL_UNIT_GRID" if grid else "FP8_PREFILL_WALK_FUSED_QUANTIZE",
+            "rows_per_expert": moe_ops.fp8_rows_per_expert(d["T"], d["top_k"], d["E"]),
             "big_tile_rows": moe_ops.FP8_BIG_TILE_ROWS,
             "unit_grid_max_rows": moe_ops.FP8_UNIT_GRID_MAX_ROWS,
             "big_tile_bm": FP8_PREFILL_SPLIT_SMEM_TMA.bm, "small_tile_bm": FP8_SMALL.bm,
@@ -357,7 +386,8 @@ def grid_factor(d: dict[str, int], s) -> float:
     nearest one's outside them. An estimate fitted to four points of one tile: it prefers the
     grid up to 128 rows an expert at DeepSeek-V3 (0.843 at 32-128 rows) and the walk from 256
     (1.026; 1.044 at 512), crossing 1 near 230 rows, as argus/ops/moe.py fp8_schedule_for
-    (FP8_UNIT_GRID_MAX_ROWS) does."""
+    (FP8_UNIT_GRID_MAX_ROWS) does on the H100 class (not on the H200 class: this is the
+    H100's fit, module docstring)."""
     if s.persistent:
         return 1.0
     return _interpolate(_grid_knots(), units_per_cta(d, s))
@@ -403,15 +433,15 @@ class MoeFp8Family(ScheduleFamily):
     # -- the schedule space -------------------------------------------------------------------
     def facts(self, task: TaskSpec) -> dict[str, Any]:
         """The shapes, the bf16 outputs (the TMA-store epilogue's rule), the rows an expert
-        gets on average and fp8_schedule_for's thresholds and choice there (`_rule`)."""
-        return {**task.dims, "out_bits": 16, **_rule(task.dims)}
+        gets on average and fp8_schedule_for's thresholds and choice there at the task's card
+        (`_rule`)."""
+        return {**task.dims, "out_bits": 16, **_rule(task.dims, task_card(task))}
 
     def default_params(self, task: TaskSpec) -> dict[str, Any]:
-        """argus.ops.moe.fp8_schedule_for's choice for these shapes."""
-        from argus.ops.moe import fp8_schedule_for
-
+        """argus.ops.moe.fp8_schedule_for's choice for these shapes on the task's card."""
         d = task.dims
-        return params_of(fp8_schedule_for(d["T"], d["top_k"], d["E"]))
+        return params_of(_moe_ops().fp8_schedule_for(d["T"], d["top_k"], d["E"],
+                                                     task_card(task)))
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         return {"bm": 64, "bn": 64, "stages": 2, "epilogue": "direct", "cluster_m": 1,
@@ -518,13 +548,20 @@ class MoeFp8Family(ScheduleFamily):
                                interpret=not x.is_cuda, scales=(w13_scale, w2_scale))
 
 
-def moe_fp8_task(T: int, H: int, I: int, E: int, top_k: int, name: str = "moe_fp8"
-                 ) -> TaskSpec:
-    """A TaskSpec of one MoE layer's shapes with e4m3 block-scaled weights (the library's op)."""
+def moe_fp8_task(T: int, H: int, I: int, E: int, top_k: int, name: str = "moe_fp8",
+                 card: str | None = None) -> TaskSpec:
+    """A TaskSpec of one MoE layer's shapes with e4m3 block-scaled weights (the library's op)
+    on a card class (argus.ops.moe CARD_H100 or CARD_H200; None: argus.ops.moe.default_card's,
+    the current CUDA device's class, else the H100 class), recorded as the task's `card` option
+    so that the task names the rule it starts from wherever it is read."""
+    moe_ops = _moe_ops()
+    card = moe_ops.default_card() if card is None else card
+    moe_ops.fp8_unit_grid_pays(card)                  # refuses a card it has no rule for
     return TaskSpec(family="moe_fp8", name=name, origin="argus", path="argus.ops.moe",
                     shape=(("E", E), ("H", H), ("I", I), ("T", T), ("top_k", top_k)),
                     dtype="e4m3", compute="e4m3",
-                    metrics=(("flops", 2.0 * T * top_k * 3 * H * I),))
+                    metrics=(("flops", 2.0 * T * top_k * 3 * H * I),),
+                    options=(("card", card),))
 
 
-__all__ = ["MoeFp8Family", "moe_fp8_task", "schedule_of"]
+__all__ = ["MoeFp8Family", "moe_fp8_task", "schedule_of", "task_card"]
