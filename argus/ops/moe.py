@@ -277,8 +277,10 @@ FP8_PREFILL_UNIT_GRID = replace(FP8_PREFILL_SPLIT_SMEM_TMA, persistent=False, qu
 # ~20:25 UTC, alternated rounds, median round, whole layer TFLOP/s; docs/perf/moe.md "fp8
 # prefill rule per card"): T = 1024 this 238 / the walk 239 / FP8_PREFILL_UNIT_GRID 230;
 # 2048 377 / 375 / 370; 4096 590 / 575 / 555 (another process: the walk 569, the unit grid
-# 548). The unit grid's L2 locality (the H100's win: DRAM traffic 21 -> 12 GB where its
-# 3.35 TB/s bound the gate-up) bought nothing measurable at the H200's 4.8 TB/s (its DRAM
+# 548). At 1024 a tie within the rounds' spread (the GEMM kernels alone favoured the unit
+# grid there, 286 against 278); at 2048 and 4096 this form's rounds and the unit grid's did
+# not overlap. The unit grid's L2 locality (the H100's win: DRAM traffic 21 -> 12 GB where
+# its 3.35 TB/s bound the gate-up) bought nothing measurable at the H200's 4.8 TB/s (its DRAM
 # traffic not profiled there); the fused quantize still saves the quantize_1x128 launch (the
 # GEMM kernels alone 4.5% slower at T = 4096: 653 against 683 TFLOP/s; the layer 2.6%
 # faster). At 256 rows (T = 8192) it tied the walk (718 against 716), so the separate
