@@ -13,7 +13,7 @@ Invariant: a launch reads its word at zero and leaves it at zero, so replays nee
 
 from __future__ import annotations
 
-from argus.ops.split_k import _capturing, _stream_key
+from argus.ops.split_k import _capturing, _stream_key, per_stream
 
 
 class DynamicMatmul:
@@ -34,16 +34,7 @@ class DynamicMatmul:
         plan = self.main.plan_for(a, b, out, work)
         if not plan:
             return None
-        device, plans = out.device, {_stream_key(out.device): plan}
-
-        def launch(work=work):   # the word lives with the launch
-            stream = _stream_key(device)
-            here = plans.get(stream)
-            if here is None:
-                mine = self._word_for(device)
-                here = plans[stream] = plan.repointed({work.data_ptr(): mine.data_ptr()})
-            here()
-        return launch
+        return per_stream(plan, out.device, work, self._word_for)
 
     def _word_for(self, device):
         """The work word for launches on `device`'s current stream (a captured graph: its own)."""

@@ -205,16 +205,8 @@ class TailSplitMatmul:
             # stream the plan is moved onto that stream's counters, since two replays of
             # different outputs at once on two streams would otherwise draw tickets from one
             # counter and a tile's last slice could sum partials not yet stored
-            device, plans = out.device, {_stream_key(out.device): plan}
-
-            def fused(partials=partials, views=(a_s, b_s), count=count):  # they live with it
-                stream = _stream_key(device)
-                here = plans.get(stream)
-                if here is None:
-                    mine = self._counters_for(device)
-                    here = plans[stream] = plan.repointed({count.data_ptr(): mine.data_ptr()})
-                here()
-            return fused
+            return per_stream(plan, out.device, count, self._counters_for,
+                              keep=(partials, a_s, b_s))
         self.main(a, b, out, a_s, b_s, partials)
         self.reduce(partials, out)
         first = self.main.plan_for(a, b, out, a_s, b_s, partials)
@@ -251,13 +243,33 @@ class TailSplitMatmul:
 
 
 def _stream_key(device) -> tuple:
-    """(device index, torch's current raw stream on it; 0 off CUDA): whose counters a fused
-    tail finish launched now uses (`TailSplitMatmul._counters_for`)."""
+    """(device index, torch's current raw stream on it; 0 off CUDA): whose per-stream state a
+    launch now uses, the fused tail finish's counters (`TailSplitMatmul._counters_for`) or the
+    dynamic walk's work word (argus.ops.dynamic_walk); `per_stream` moves replays by it."""
     import torch
 
     if device.type != "cuda":
         return device.index, 0
     return device.index, torch.cuda.current_stream(device).cuda_stream
+
+
+def per_stream(plan, device, buffer, buffer_for, keep=()):
+    """A replayable launch of `plan`, prepared on `device`'s current stream with `buffer` (the
+    per-stream state it draws from: the fused tail's counters, the dynamic walk's work word),
+    on whatever stream is current when it is called: on the stream it was prepared on as
+    prepared; on another, moved (LaunchPlan.repointed, once a stream) from `buffer` onto that
+    stream's own, `buffer_for(device)`, so launches at once on two streams never share one.
+    `keep`: the other tensors the plan reads, kept alive as long as the launch."""
+    plans = {_stream_key(device): plan}
+
+    def launch(buffer=buffer, keep=keep):   # they live with the launch
+        stream = _stream_key(device)
+        here = plans.get(stream)
+        if here is None:
+            mine = buffer_for(device)
+            here = plans[stream] = plan.repointed({buffer.data_ptr(): mine.data_ptr()})
+        here()
+    return launch
 
 
 def _capturing(device) -> bool:
