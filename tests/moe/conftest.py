@@ -8,7 +8,10 @@ replay tests: test_moe_replay.py, test_moe_fp8_scale_cache.py).
 expert 0 popular, the last never chosen, so the walk meets a zero-token expert) and a way to
 run its expert half in the interpreter under any pair of decode schedules, each launch's
 kernel name recorded. Both files compared the layer with a flag off and on over the same
-inputs; they built those inputs twice."""
+inputs; they built those inputs twice.
+
+`assert_builds_without_spills`: NVRTC's build of a kernel for sm_90a, within shared memory and
+without spills (test_moe_unit_grid.py, test_moe_dynamic_walk.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from argus.compiler import lower_only
 from tests.moe.test_moe_interp import _ids_skewed, _weights
 
 M = importlib.import_module("argus.ops.moe")
@@ -109,3 +113,17 @@ def make_decode_case(T: int = 5, E: int = 4, k: int = 2, H: int = 128,
 @pytest.fixture(scope="module")
 def decode_case() -> DecodeCase:
     return make_decode_case()
+
+
+def assert_builds_without_spills(kernel, schedule) -> None:
+    """`kernel` lowered under `schedule` and built by NVRTC (no cache): its dynamic shared
+    memory within 227 KiB, the binary for sm_90a, no local-memory spills."""
+    from argus import codegen
+    from argus.runtime.compile import compile_cuda
+
+    source = codegen.render(lower_only(kernel, s=schedule))
+    assert source.dynamic_smem <= 227 * 1024, source.dynamic_smem
+    binary = compile_cuda(source.text, [source.name], use_cache=False)
+    assert binary.arch == "sm_90a"
+    res = binary.resource(source.name)
+    assert not res.spills, res.summary()

@@ -26,6 +26,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM, FP8_PREFILL_SPLIT_SME
 from argus.ops import dynamic_walk
 from argus.runtime import nvrtc_available
 
+from tests.moe.conftest import assert_builds_without_spills
 from tests.moe.test_moe_unit_grid import _bits, _layer
 
 M = importlib.import_module("argus.ops.moe")
@@ -177,12 +178,4 @@ def test_the_verifier_catches_seeded_draw_bugs(bug, code, monkeypatch):
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 @pytest.mark.parametrize("name,build,schedule", KERNELS, ids=[k[0] for k in KERNELS])
 def test_dynamic_kernels_build_without_spills(name, build, schedule):
-    from argus import codegen
-    from argus.runtime.compile import compile_cuda
-
-    source = codegen.render(lower_only(build(), s=schedule))
-    assert source.dynamic_smem <= 227 * 1024, source.dynamic_smem
-    binary = compile_cuda(source.text, [source.name], use_cache=False)
-    assert binary.arch == "sm_90a"
-    res = binary.resource(source.name)
-    assert not res.spills, res.summary()
+    assert_builds_without_spills(build(), schedule)

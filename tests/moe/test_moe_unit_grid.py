@@ -27,6 +27,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_PREFILL_SPLIT
 from argus.runtime import nvrtc_available
 from argus.runtime.interp import grid_extents
 
+from tests.moe.conftest import assert_builds_without_spills
 from tests.moe.test_moe_fp8_layer import _rel
 from tests.moe.test_moe_skip_pad_halves import _experts, _routing
 
@@ -189,15 +190,7 @@ def test_unit_grid_kernels_verify_clean(name, build, schedule):
 @pytest.mark.parametrize("name,build,schedule", [KERNELS[i] for i in (0, 1, 2, 4)],
                          ids=[KERNELS[i][0] for i in (0, 1, 2, 4)])
 def test_unit_grid_kernels_build_without_spills(name, build, schedule):
-    from argus import codegen
-    from argus.runtime.compile import compile_cuda
-
-    source = codegen.render(lower_only(build(), s=schedule))
-    assert source.dynamic_smem <= 227 * 1024, source.dynamic_smem
-    binary = compile_cuda(source.text, [source.name], use_cache=False)
-    assert binary.arch == "sm_90a"
-    res = binary.resource(source.name)
-    assert not res.spills, res.summary()
+    assert_builds_without_spills(build(), schedule)
 
 
 def test_layout_of_the_cases_has_units_past_the_count():
