@@ -27,6 +27,7 @@ from argus.kernels import gemm as gemm_module
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
 from argus.kernels.warp_specialized import OperandRing, TileScheduler
 from argus.runtime import nvrtc_available
+from tests.unit.ops_host import assert_replays_take_their_streams, interpret_compiles
 
 
 def _rand(*shape, seed):
@@ -323,23 +324,11 @@ def test_ops_host_path_in_the_interpreter(monkeypatch):
     """What argus.ops.matmul runs for the dynamic schedule (compiled_for: a DynamicMatmul, the
     kernel with the verifier's veto and a work word per stream), run by the interpreter, twice
     on the same word: x @ W.T, x @ W and a batch; the word is zero after each call."""
-    import argus.compiler
     from argus.ops.dynamic_walk import DynamicMatmul
     from argus.ops.matmul import compiled_for
     from argus.ops.schedules import Problem
 
-    class Interpreted:
-        def __init__(self, kernel, verify=None, **constexprs):
-            assert verify is None    # C written whole: with the verifier's veto
-            self.kernel, self.constexprs = kernel, constexprs
-
-        def __call__(self, *tensors):
-            self.kernel.interpret(*tensors, **self.constexprs)
-
-        def plan_for(self, *tensors):
-            return None
-
-    monkeypatch.setattr(argus.compiler, "compile_kernel", Interpreted)
+    interpret_compiles(monkeypatch, verify=None)   # C written whole: with the verifier's veto
     s = GemmSchedule(bm=128, bn=64, stages=2, num_sms=3, scheduler="dynamic")
     for layout, batch in (("nk", 1), ("kn", 1), ("nk", 3)):
         a, b = _operands(layout, batch, 200, 300, 208)
@@ -356,6 +345,19 @@ def test_ops_host_path_in_the_interpreter(monkeypatch):
             assert ((c.double() - exact).norm() / exact.norm()).item() < 4e-3
         (word,) = run._words.values()
         assert word.tolist() == [0]
+
+
+def test_a_replay_on_another_stream_takes_that_streams_word(monkeypatch):
+    """argus.ops.matmul replays the dynamic launch on whatever stream is current: two outputs'
+    replays running at once on two streams must not draw units from one work word (a launch
+    would then miss units the other drew). On a new stream the plan is moved onto that
+    stream's word; on its own stream it is launched as prepared (tests/unit/ops_host.py)."""
+    from argus.ops.schedules import Problem
+
+    s = GemmSchedule(bm=128, bn=64, stages=2, num_sms=3, scheduler="dynamic")
+    a, b = _operands("nk", 1, 200, 300, 208)
+    problem = Problem(200, 300, 208, 1, "bf16", "bf16", "nk", True)
+    assert_replays_take_their_streams(monkeypatch, problem, s, a, b, lambda run: run._words)
 
 
 def test_the_default_rule_never_picks_the_dynamic_walk():

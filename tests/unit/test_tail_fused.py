@@ -32,6 +32,7 @@ from argus.kernels.split_k_sum import tail_sum_kernel
 from argus.ops import gemm_model, split_k, tune
 from argus.ops.schedules import Problem, candidates, kernel_for, tail_split_candidates
 from argus.runtime import nvrtc_available
+from tests.unit.ops_host import assert_replays_take_their_streams, interpret_compiles
 
 _TORCH = {ag.bf16: torch.bfloat16, ag.f32: torch.float32}
 
@@ -320,21 +321,9 @@ def test_ops_host_path_in_the_interpreter(monkeypatch):
     the K-slice views, the workspace, the counters it keeps, one launch) run by the
     interpreter instead of the GPU, twice on the same counters: x @ W.T and x @ W, one
     batched."""
-    import argus.compiler
     from argus.ops.matmul import compiled_for
 
-    class Interpreted:
-        def __init__(self, kernel, verify=None, **constexprs):
-            assert verify is None    # C written whole: with the verifier's veto
-            self.kernel, self.constexprs = kernel, constexprs
-
-        def __call__(self, *tensors):
-            self.kernel.interpret(*tensors, **self.constexprs)
-
-        def plan_for(self, *tensors):
-            return None
-
-    monkeypatch.setattr(argus.compiler, "compile_kernel", Interpreted)
+    interpret_compiles(monkeypatch, verify=None)   # C written whole: with the verifier's veto
     s = _fs(bm=128, bn=64, stages=2, num_sms=4, tail_splits=2)
     for layout, batch in (("nk", 1), ("kn", 1), ("nk", 3)):
         a, w, b = _operands(layout, batch, 200, 300, 208, seed=7)
@@ -357,53 +346,11 @@ def test_a_replay_on_another_stream_takes_that_streams_counters(monkeypatch):
     replays running at once on two streams must not draw tickets from one counter (a tile's
     last arrival could then be another launch's, and sum partials not yet stored). On a new
     stream the plan is moved onto that stream's counters; on its own stream it is launched as
-    prepared. (Launch plans stubbed: what each replay launches with is recorded.)"""
-    import argus.compiler
-    from argus.ops.matmul import compiled_for
-
-    launched = []
-
-    class Plan:
-        def __init__(self, count):
-            self.count = count
-
-        def __call__(self):
-            launched.append(self.count)
-
-        def repointed(self, moved):
-            (old, new), = moved.items()
-            assert old == self.count
-            return Plan(new)
-
-    class Stubbed:
-        def __init__(self, kernel, verify=None, **constexprs):
-            pass
-
-        def __call__(self, *tensors):
-            pass
-
-        def plan_for(self, *tensors):
-            return Plan(tensors[-1].data_ptr())
-
-    stream = ["s1"]
-    monkeypatch.setattr(argus.compiler, "compile_kernel", Stubbed)
-    monkeypatch.setattr(split_k, "_stream_key", lambda device: (device.index, stream[0]))
+    prepared (tests/unit/ops_host.py)."""
     s = _fs(bm=128, bn=64, stages=2, num_sms=4, tail_splits=2)
-    run = compiled_for(Problem(200, 300, 208, 1, "bf16", "bf16", "nk", True), s)
     a, _, b = _operands("nk", 1, 200, 300, 208)
-    replay1 = run(a, b, torch.empty(200, 300, dtype=torch.bfloat16))
-    replay2 = run(a, b, torch.empty(200, 300, dtype=torch.bfloat16))
-    s1 = run._counters[(None, "s1")].data_ptr()
-    stream[0] = "s2"
-    replay2()
-    stream[0] = "s1"
-    replay1()
-    s2 = run._counters[(None, "s2")].data_ptr()
-    assert s1 != s2 and launched == [s2, s1], (launched, s1, s2)
-    stream[0] = "s2"
-    replay1()
-    replay2()
-    assert launched[2:] == [s2, s2] and len(run._counters) == 2
+    problem = Problem(200, 300, 208, 1, "bf16", "bf16", "nk", True)
+    assert_replays_take_their_streams(monkeypatch, problem, s, a, b, lambda run: run._counters)
 
 
 def test_a_captured_graph_gets_counters_of_its_own(monkeypatch):

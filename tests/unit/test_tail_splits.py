@@ -26,6 +26,7 @@ from argus.kernels.gemm import GemmSchedule, gemm_kernel
 from argus.kernels.split_k_sum import tail_sum_kernel
 from argus.ops import split_k
 from argus.ops.schedules import Problem, candidates, kernel_for, tail_split_candidates
+from tests.unit.ops_host import interpret_compiles
 
 _TORCH = {ag.bf16: torch.bfloat16, ag.f32: torch.float32}
 
@@ -231,20 +232,7 @@ def test_ops_host_path_in_the_interpreter(monkeypatch):
     """argus.ops' TailSplitMatmul (the K-slice views of the operands as matmul passes them, the
     workspace, both launches in order) with its two kernels run by the interpreter instead of
     the GPU: x @ W.T and x @ W, one batched."""
-    import argus.compiler
-
-    class Interpreted:
-        def __init__(self, kernel, verify=None, **constexprs):
-            assert verify is False   # partial outputs: compiled without the verifier's veto
-            self.kernel, self.constexprs = kernel, constexprs
-
-        def __call__(self, *tensors):
-            self.kernel.interpret(*tensors, **self.constexprs)
-
-        def plan_for(self, *tensors):
-            return None
-
-    monkeypatch.setattr(argus.compiler, "compile_kernel", Interpreted)
+    interpret_compiles(monkeypatch, verify=False)  # partial outputs: without the verifier's veto
     s = GemmSchedule(bm=128, bn=64, stages=2, num_sms=4, tail_splits=2)
     for layout, batch in (("nk", 1), ("kn", 1), ("nk", 3)):
         lead = (batch,) if batch > 1 else ()
