@@ -14,15 +14,14 @@ import pytest
 
 import argus as ag
 from argus import verify
-from argus.compiler import compile_kernel, lower_only
+from argus.compiler import lower_only
 from argus.errors import TraceError
 from argus.ir import ops as O
 from argus.kernels.attention import AttentionSchedule, attention_kernel, default_schedule
-from argus.target.limits import entry_registers
-from tests.loading import load_script
 from tests.mutations.corpus import rewrite
+from tests.unit.attention_candidates import (BENCH, assert_builds_without_spills,
+                                             verified_without_errors)
 
-BENCH = load_script("gpu_attention_bench")
 # (variant, head dim, query length): the default's walk at 1k (with early Q release) and 2k,
 # its grid at 4k, head dim 256 in the grid, head dim 64's two-CTA and ping-pong shapes
 CANDIDATES = [("default+cl2", 128, 1024), ("default+cl2", 128, 2048),
@@ -70,18 +69,12 @@ def _schedule(variant, head_dim, seq_len):
 
 @pytest.mark.parametrize("variant,head_dim,seq_len", CANDIDATES, ids=IDS)
 def test_cluster_builds_without_spills(variant, head_dim, seq_len):
-    s = _schedule(variant, head_dim, seq_len)
-    res = compile_kernel(attention_kernel(head_dim, ag.bf16, False, False), verify=False,
-                         s=s).resources
-    assert res.spill_stores == 0 and res.spill_loads == 0, (s, res)
-    assert res.registers <= entry_registers(128 * (1 + s.consumers), s.ctas_per_sm), res
+    assert_builds_without_spills(_schedule(variant, head_dim, seq_len), head_dim, False)
 
 
 @pytest.mark.parametrize("variant,head_dim,seq_len", CANDIDATES, ids=IDS)
 def test_cluster_verifies_clean(variant, head_dim, seq_len):
-    s = _schedule(variant, head_dim, seq_len)
-    report = verify.run(lower_only(attention_kernel(head_dim, ag.bf16, False, False), s=s))
-    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    report = verified_without_errors(_schedule(variant, head_dim, seq_len), head_dim, False)
     assert not report.unknowns, "\n".join(str(d) for d in report.unknowns)
     assert len(report.proven) >= 100
 

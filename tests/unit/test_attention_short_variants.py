@@ -14,14 +14,10 @@ import dataclasses
 
 import pytest
 
-import argus as ag
-from argus import verify
-from argus.compiler import compile_kernel, lower_only
-from argus.kernels.attention import AttentionSchedule, attention_kernel, default_schedule
+from argus.kernels.attention import AttentionSchedule, default_schedule
 from argus.target.limits import entry_registers
-from tests.loading import load_script
-
-BENCH = load_script("gpu_attention_bench")
+from tests.unit.attention_candidates import (BENCH, assert_builds_without_spills,
+                                             verified_without_errors)
 
 # (variant token, head dim): the candidates the GPU run compares against "default"
 CANDIDATES = [("occ2+fast", 128), ("occ2+fast+persistent+earlyq", 128),
@@ -79,12 +75,7 @@ def test_earlyq_needs_the_fa3_order():
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("variant,head_dim", CANDIDATES, ids=IDS)
 def test_candidate_builds_without_spills(variant, head_dim, causal):
-    s = _schedule(variant, head_dim, causal)
-    compiled = compile_kernel(attention_kernel(head_dim, ag.bf16, causal, False), verify=False,
-                              s=s)
-    res = compiled.resources
-    assert res.spill_stores == 0 and res.spill_loads == 0, (s, res)
-    assert res.registers <= entry_registers(128 * (1 + s.consumers), s.ctas_per_sm), res
+    assert_builds_without_spills(_schedule(variant, head_dim, causal), head_dim, causal)
 
 
 # every candidate, the causal persistent walk included: its wgmma.agree / k-once reports
@@ -98,9 +89,7 @@ VERIFIED = [(v, d, c) for v, d in CANDIDATES for c in (False, True)]
 @pytest.mark.parametrize("variant,head_dim,causal", VERIFIED,
                          ids=[f"{v}-d{d}-{'causal' if c else 'full'}" for v, d, c in VERIFIED])
 def test_candidate_verifies_clean(variant, head_dim, causal):
-    s = _schedule(variant, head_dim, causal)
-    report = verify.run(lower_only(attention_kernel(head_dim, ag.bf16, causal, False), s=s))
-    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    report = verified_without_errors(_schedule(variant, head_dim, causal), head_dim, causal)
     unknown = [d for d in report.unknowns
                if "z3: timeout" not in d.message and "no budget left" not in d.message]
     assert not unknown, "\n".join(str(d) for d in unknown)

@@ -15,16 +15,15 @@ import pytest
 
 import argus as ag
 from argus import verify
-from argus.compiler import compile_kernel, lower_only
+from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.kernels import attention
 from argus.kernels.attention import (SNAKE_CAUSAL, AttentionSchedule, attention_kernel,
                                      default_schedule)
-from argus.target.limits import entry_registers
-from tests.loading import load_script
 from tests.mutations.corpus import rewrite
+from tests.unit.attention_candidates import (BENCH, assert_builds_without_spills,
+                                             verified_without_errors)
 
-BENCH = load_script("gpu_attention_bench")
 CANDIDATES = [("default+snake+earlyq", 128), ("default+snake", 128),
               ("default+snake+earlyq", 256), ("default+snake", 64)]
 IDS = [f"{v}-d{d}" for v, d in CANDIDATES]
@@ -112,11 +111,7 @@ def test_the_snake_evens_out_causal_tiles(S, B, H, bm, bn, programs):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("variant,head_dim", CANDIDATES, ids=IDS)
 def test_snake_builds_without_spills(variant, head_dim, causal):
-    s = _schedule(variant, head_dim, causal)
-    res = compile_kernel(attention_kernel(head_dim, ag.bf16, causal, False), verify=False,
-                         s=s).resources
-    assert res.spill_stores == 0 and res.spill_loads == 0, (s, res)
-    assert res.registers <= entry_registers(128 * (1 + s.consumers), s.ctas_per_sm), res
+    assert_builds_without_spills(_schedule(variant, head_dim, causal), head_dim, causal)
 
 
 VERIFIED = [(v, d, c) for v, d in CANDIDATES for c in (False, True)]
@@ -125,9 +120,7 @@ VERIFIED = [(v, d, c) for v, d in CANDIDATES for c in (False, True)]
 @pytest.mark.parametrize("variant,head_dim,causal", VERIFIED,
                          ids=[f"{v}-d{d}-{'causal' if c else 'full'}" for v, d, c in VERIFIED])
 def test_snake_verifies_clean(variant, head_dim, causal):
-    s = _schedule(variant, head_dim, causal)
-    report = verify.run(lower_only(attention_kernel(head_dim, ag.bf16, causal, False), s=s))
-    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    report = verified_without_errors(_schedule(variant, head_dim, causal), head_dim, causal)
     assert not report.unknowns, "\n".join(str(d) for d in report.unknowns)
     assert len(report.proven) >= 100
 
