@@ -378,6 +378,60 @@ def _per_iteration(model: Model, app, t):
 UNROLL_SUMS = 64   # a step sum over at most this many iterations is written out (_unrolled)
 
 
+@dataclass(frozen=True)
+class _Pair:
+    """Two step sums of different forms, a = Σ_{lo <= t < hi} p(t) (the producer's) and
+    b = Σ_{lo' <= t < hi'} c(t) (a consumer's), paired iteration by iteration: equal when
+    lo == lo', hi == hi' and p(t) == c(t) at every t of [lo, hi) (`claims`). The sums are
+    uninterpreted applications (Model.steps_over), so a claim about the totals holds only
+    given a == b (`given`): stated as an implication inside the claim, never as a premise,
+    so the pairing claims are proven without it. `label` names the pair in the claims
+    ("warpgroup 1: " for one warpgroup's count of a cooperative role)."""
+
+    model: Model
+    t: z3.ArithRef          # the iteration index the per-iteration claim is about
+    a: z3.ExprRef           # the producer's sum
+    b: z3.ExprRef           # the consumer's sum
+    label: str = ""
+
+    def claims(self) -> list:
+        lo, hi = self.a.children()[0], self.a.children()[1]
+        return [(self.label + "same iterations",
+                 z3.And(lo == self.b.children()[0], hi == self.b.children()[1])),
+                (self.label + "same steps in every iteration",
+                 z3.Implies(z3.And(self.t >= lo, self.t < hi),
+                            _per_iteration(self.model, self.a, self.t) ==
+                            _per_iteration(self.model, self.b, self.t)))]
+
+    def given(self, claim):
+        """`claim` given the sums equal (which the two claims above prove)."""
+        return z3.Implies(self.a == self.b, claim)
+
+    def violated(self, names) -> bool:
+        return any(n in names for n, _ in self.claims())
+
+    def at(self, zm) -> tuple:
+        """(the iteration index, the producer's steps in it, the consumer's) in a model."""
+        return (value(zm, self.t), value(zm, _per_iteration(self.model, self.a, self.t)),
+                value(zm, _per_iteration(self.model, self.b, self.t)))
+
+
+def _pair_sums(model: Model, tp, tc, label: str = "", t=None):
+    """How the step counts tp (a producer's) and tc (a consumer's) are compared when they
+    hold sums of steps per iteration that depend on the index (Model.steps_over): None when
+    both hold the same sums (equal terms: the solver compares the rest), a _Pair when each
+    holds one sum of its own (a causal persistent walk's unit loop, whose per-unit count is
+    the tile's KV blocks in the producer and, with own_blocks, a warpgroup's blocks plus its
+    unread releases in the consumer), else a reason (several sums: which to pair with which
+    is not read off the terms). `t`: the pair's iteration index (a fresh one if None)."""
+    sp, sc = _sums(model, tp), _sums(model, tc)
+    if {x.get_id() for x in sp} == {x.get_id() for x in sc}:
+        return None
+    if len(sp) != 1 or len(sc) != 1:
+        return "several sums"
+    return _Pair(model, t if t is not None else fresh_int("iteration"), sp[0], sc[0], label)
+
+
 def _unrolled(model: Model, term):
     """`term` with every step sum over a constant number of iterations (at most UNROLL_SUMS)
     written out as the sum of its iterations' counts: exact, and linear (a ping-pong loop
@@ -434,23 +488,14 @@ def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
     skips = [op for op in model.kernel.walk() if isinstance(op, O.PipeSkip)
              and op.pipe.id == pipe.op.result.id]
     premises, claims = list(model.premises), [("producer steps == consumer steps", tp == tc)]
-    sp, sc = _sums(model, tp), _sums(model, tc)
-    t = a = b = None
-    if {a.get_id() for a in sp} != {a.get_id() for a in sc}:
-        # steps per iteration that depend on the index, in different forms in the two roles:
-        # the sums are equal when both run the same iterations with equal counts in each
-        if len(sp) != 1 or len(sc) != 1:
-            return Finding("pipe.totals", loc, subject + f": {pr} vs {cr}", "unknown",
-                           "the step counts are sums over loops whose steps per iteration "
-                           "depend on the index, in forms the verifier does not pair")
-        t, a, b = fresh_int("iteration"), sp[0], sc[0]
-        lo, hi = a.children()[0], a.children()[1]
-        premises.append(a == b)   # justified by the two claims below
-        claims = [("same iterations", z3.And(lo == b.children()[0], hi == b.children()[1])),
-                  ("same steps in every iteration",
-                   z3.Implies(z3.And(t >= lo, t < hi),
-                              _per_iteration(model, a, t) == _per_iteration(model, b, t)))
-                  ] + claims
+    pair = _pair_sums(model, tp, tc)
+    if isinstance(pair, str):
+        return Finding("pipe.totals", loc, subject + f": {pr} vs {cr}", "unknown",
+                       "the step counts are sums over loops whose steps per iteration "
+                       "depend on the index, in forms the verifier does not pair")
+    if pair is not None:
+        claims = pair.claims() + [("producer steps == consumer steps",
+                                   pair.given(tp == tc))]
 
     def decode(zm, violated):
         wit = {"shapes": W.shapes(model, zm), "producer_steps": value(zm, tp),
@@ -464,8 +509,7 @@ def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
         if model.grid is not None:
             wit["cta"] = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
         if "same steps in every iteration" in violated or "same iterations" in violated:
-            it, ps, cs = value(zm, t), value(zm, _per_iteration(model, a, t)), \
-                value(zm, _per_iteration(model, b, t))
+            it, ps, cs = pair.at(zm)
             wit.update({"iteration_index": it, "producer_steps_in_iteration": ps,
                         "consumer_steps_in_iteration": cs})
             more = "producer" if ps > cs else "consumer"
@@ -655,18 +699,25 @@ def _per_warpgroup(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc, sub
     counts = [_unrolled(model, z3.substitute(tc, (wg, z3.IntVal(w)))) for w in range(wgs)]
     loc = pipe.op.loc
     what = subject + f": every warpgroup of consumer role {role.name!r} vs {pr}"
-    if any(_sums(model, c) for c in counts) or _sums(model, tp):
-        # a sum over a loop of symbolic length whose steps per iteration vary: the
-        # per-iteration pairing of _totals is for two roles, not W copies of one
+    # a sum over a loop of symbolic length whose steps per iteration vary (a causal
+    # persistent walk with own_blocks: a warpgroup's blocks plus its unread releases per
+    # unit): each warpgroup's sum paired with the producer's, iteration by iteration
+    # (_pair_sums, as two roles' in _totals), one iteration index for all of them
+    t = fresh_int("iteration") if any(_sums(model, c) for c in counts) else None
+    pairs = [_pair_sums(model, tp, c, f"warpgroup {w}: ", t) for w, c in enumerate(counts)]
+    if any(isinstance(x, str) for x in pairs):
         return Finding("pipe.totals", loc, what, "unknown",
                        "the warpgroups' step counts are sums over loops whose steps per "
                        "iteration depend on the index and the warpgroup, in a form the "
                        "verifier does not compare")
+    paired = [(w, x) for w, x in enumerate(pairs) if x is not None]
+    pairs = [x for _, x in paired]
     mine = [s for s in sites if s.kind == "consume" and s.site.role is role]
-    claims = [(f"warpgroup {w} consumes as many steps as warpgroup 0", counts[w] == counts[0])
-              for w in range(1, wgs)]
+    claims = [c for x in pairs for c in x.claims()]
+    claims += [(f"warpgroup {w} consumes as many steps as warpgroup 0",
+                _given(pairs, counts[w] == counts[0])) for w in range(1, wgs)]
     claims.append(("warpgroup 0 consumes as many steps as the producer produces",
-                   counts[0] == tp))
+                   _given(pairs, counts[0] == tp)))
 
     def decode(zm, violated):
         per = [value(zm, c) for c in counts]
@@ -690,6 +741,24 @@ def _per_warpgroup(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc, sub
         where = (f"its consume step(s) at {', '.join(wit['consume_sites'])}"
                  + (f" in the loop(s) at {', '.join(loops)}" if loops else "")
                  + (f" under the condition(s) at {', '.join(conds)}" if conds else ""))
+        w, off = next(((i, x) for i, x in paired if x.violated(violated)), (w, None))
+        if off is not None:
+            it, ps, cs = off.at(zm)
+            wit.update({"warpgroup": w, "iteration_index": it,
+                        "producer_steps_in_iteration": ps, "consumer_steps_in_iteration": cs})
+            same = not any(n == off.label + "same iterations" for n in violated)
+            msg = (f"with {wit['shapes']} warpgroup {w} of the cooperative consumer role "
+                   f"{role.name!r} ({where}) "
+                   + (f"consumes {cs} steps in iteration {it} of its outer loop but the "
+                      f"producer role {pr!r} produces {ps}" if same else
+                      f"and the producer role {pr!r} walk different iterations of the loop "
+                      f"whose steps per iteration vary")
+                   + f": each step's slot is released once all {wgs} warpgroups arrive, so "
+                   + ("the producer waits forever for a release" if same and cs < ps else
+                      f"warpgroup {w} reads another iteration's tile or waits forever for a "
+                      f"fill")
+                   + f" (role {role.name!r}, warpgroup {w}, every thread)")
+            return msg, wit
         msg = (f"with {wit['shapes']} warpgroup {w} of the cooperative consumer role "
                f"{role.name!r} consumes {per[w]} steps ({where}) but the producer role "
                f"{pr!r} produces {made} ({each}): each step's slot is released once all "
@@ -705,6 +774,13 @@ def _per_warpgroup(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc, sub
                           "steps as the producer (the same loop bound, no ag.when on the "
                           "warpgroup around a consume step); a role whose warpgroups take "
                           "turns skips the others' steps with pipe.skip")
+
+
+def _given(pairs: list, claim):
+    """`claim` given every pair's sums equal (`_Pair.given`; the pairs' claims prove them)."""
+    for x in pairs:
+        claim = x.given(claim)
+    return claim
 
 
 def _slot(model: Model, pipe: PipeInfo, step: StepInfo, subject: str) -> Obligation:
