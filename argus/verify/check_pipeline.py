@@ -8,10 +8,12 @@ R (never bit-vector division: S = 3 takes seconds there, §3.6):
   pipe.producers  one producer warpgroup issues each step (one arrive.expect_tx per phase);
   pipe.totals     producer and consumer roles run the same number of steps; in a cooperative
                   consumer role (several warpgroups, no pipe.skip) every warpgroup as many
-                  as the producer, one claim per warpgroup (_per_warpgroup); in a role whose
-                  warpgroups take turns without pipe.skip (_turns: fewer empty-barrier
-                  arrivals than warpgroups, consume steps under a condition on the
-                  warpgroup) each warpgroup's counter too (_turn_obligations);
+                  as the producer, one claim per warpgroup (_per_warpgroup; counts that
+                  are sums over a loop whose steps per iteration vary, a persistent walk's
+                  units, are paired with the producer's iteration by iteration: _Pair); in
+                  a role whose warpgroups take turns without pipe.skip (_turns: fewer
+                  empty-barrier arrivals than warpgroups, consume steps under a condition
+                  on the warpgroup) each warpgroup's counter too (_turn_obligations);
   pipe.arrivals   empty-barrier init count = consumer warpgroups that arrive per step (for
                   turns without pipe.skip: the warpgroups consume count x the producer's
                   steps together);
