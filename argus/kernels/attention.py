@@ -415,10 +415,9 @@ PERSISTENT_EARLYQ_FULL = 1024
 # 426, 2k 489 / 522, 4k 564 / 613, 8k 573 / 600; hd256 1k 377 / 414, 2k 531 / 549, 4k 614 /
 # 639, but 8k 630 / 524; hd64 (two CTAs an SM up to 4k, ping-pong above) tied or lost at
 # every length (1k 304 / 305, 2k 376 / 364, 4k 413 / 395, 8k 423 / 376): not taken there.
-# hd256 at 2k-4k keeps "lpt" + own_blocks on the grid: snake + own_blocks measured +3-4% there,
-# but the verifier does not yet prove that walk's step totals (pipe.totals unknown: each
-# warpgroup's per-unit count depends on the unit and the warpgroup)
-SNAKE_CAUSAL = {128: 8192, 256: 1024}
+# hd256 at 2k-4k walks in snake order with own_blocks kept (the verifier proves that walk's
+# per-warpgroup step totals since h286's pipe.totals pairing)
+SNAKE_CAUSAL = {128: 8192, 256: 4096}
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of its arguments, asked on every op call
@@ -468,7 +467,8 @@ def default_schedule(head_dim: int, causal: bool = False,
       (`hdvar`), kernels alone: 1k 404 against 381, 4k 616 against 571 (cuDNN 461 / 595); the
       op's calls: 4k 512 against 481, but 1k 312 against 381, and 317 against 376 in the
       07:05 sweep with it as the default, so 1k keeps FA3's order. At head_dim 128 "lpt" lost
-      (4k full 501 against 611, 4k causal 540 against 562): not taken there.
+      (4k full 501 against 611, 4k causal 540 against 562): not taken there. (Since
+      2026-12-06 own_blocks stays and the order is the snake walk's: SNAKE_CAUSAL, below.)
     * head_dim 128 and 256, full mask, seq_len <= PERSISTENT_FULL (2k): the persistent walk,
       with Q released early (early_q_release, FA3's QueryEmpty point: the next tile's Q loads
       under this tile's last P V and O store) at seq_len <= PERSISTENT_EARLYQ_FULL (1k). Two
@@ -479,15 +479,14 @@ def default_schedule(head_dim: int, causal: bool = False,
       causal masks in both runs (-2.5 to -11%, hd128 2k the least: 466 against 478; hd256 2k
       354 against 533; with earlyq hd128 2k causal split, 486 against 478 and 471 against
       483): not taken there.
-    * head_dim 128 up to 8k and 256 up to 1k, causal (SNAKE_CAUSAL): the persistent walk in
+    * head_dim 128 up to 8k and 256 up to 4k, causal (SNAKE_CAUSAL): the persistent walk in
       snake order (tile_order "snake", h277): odd rounds handed out in reverse, so the CTAs'
       causal work evens out (the busiest CTA 1.21-1.83x the average blocks in "head" order,
       1.03x in snake order). H200, 2026-12-06 (tree 0bcddc6, `gpu_attention_bench.py
       --variants default,default+snake --kernel-only`, kernels alone, that day's default /
       snake): hd128 1k 387 / 426, 2k 489 / 522, 4k 564 / 613, 8k 573 / 600; hd256 1k 377 / 414,
-      2k 531 / 549, 4k 614 / 639 (both with own_blocks, snake replacing "lpt": not taken yet,
-      the walk with own_blocks is not proven), 8k 630 / 524 (lost); hd64 tied or lost at 1k-8k
-      (not taken).
+      2k 531 / 549, 4k 614 / 639 (both with own_blocks, snake replacing "lpt"), 8k 630 / 524
+      (lost: not taken); hd64 tied or lost at 1k-8k (not taken).
     seq_len None (unknown) takes the long-sequence choice.
 
     Every choice takes the softmax diet (approx_exp2 + fold_scale): on the H200 (2026-12-02
@@ -509,7 +508,7 @@ def default_schedule(head_dim: int, causal: bool = False,
                 LPT_OWN_CAUSAL_256[0] < seq_len <= LPT_OWN_CAUSAL_256[1]:
             choice = dataclasses.replace(choice, tile_order="lpt", own_blocks=True)
         if causal and seq_len is not None and seq_len <= SNAKE_CAUSAL.get(head_dim, 0):
-            # the persistent walk, odd rounds reversed
+            # the persistent walk, odd rounds reversed (hd256's own_blocks kept at 2k-4k)
             choice = dataclasses.replace(choice, persistent=True, tile_order="snake")
         if not causal and seq_len is not None and seq_len <= PERSISTENT_FULL:
             # short full-mask prefill: each CTA's next tile starts under this one's epilogue

@@ -51,7 +51,7 @@ def test_the_token_sets_only_the_order_and_the_walk():
         default_schedule(128, True, 1024), tile_order="snake", persistent=True,
         early_q_release=True)
     # the default takes the snake exactly where it was measured ahead (SNAKE_CAUSAL: causal,
-    # head dim 128 up to 8k, 256 up to 1k): never full masks, head dim 64, longer or unknown
+    # head dim 128 up to 8k, 256 up to 4k): never full masks, head dim 64, longer or unknown
     for d in (64, 128, 256):
         for c in (False, True):
             for n in (None, 512, 1024, 2048, 4096, 8192, 16384):
@@ -59,7 +59,7 @@ def test_the_token_sets_only_the_order_and_the_walk():
                 want = c and n is not None and n <= SNAKE_CAUSAL.get(d, 0)
                 assert (pick.tile_order == "snake") == want, (d, c, n, pick)
                 assert pick.persistent or not want
-    assert SNAKE_CAUSAL == {128: 8192, 256: 1024}
+    assert SNAKE_CAUSAL == {128: 8192, 256: 4096}
 
 
 def _snake(unit: int, programs: int, total: int) -> int:

@@ -40,12 +40,13 @@ CASES = [
 
 # every schedule default_schedule can return, by (head_dim, causal, query length): short
 # queries take other schedules (two CTAs at head dim 64; the persistent walk, with Q released
-# early up to 1k, under full masks at 128 and 256; lpt + own blocks for causal 256 at 2k-4k;
-# the snake-ordered walk for causal 128 up to 8k and 256 up to 1k)
+# early up to 1k, under full masks at 128 and 256; the snake-ordered walk for causal 128 up
+# to 8k and 256 up to 4k, with own blocks at 256 from 2k)
 DEFAULTS = [(64, False, None), (64, True, None), (64, True, SHORT_CAUSAL_64), (64, False, 1024),
             (128, False, None), (128, True, None), (256, False, None), (256, True, None),
             (256, True, 4096), (128, False, 1024), (128, False, 2048), (256, False, 1024),
-            (256, False, 2048), (128, True, 1024), (128, True, 8192), (256, True, 1024)]
+            (256, False, 2048), (128, True, 1024), (128, True, 8192), (256, True, 1024),
+            (256, True, 2048)]
 
 
 def _assert_clean(report, epilogue: str = "direct", head_dim: int = 64) -> None:
