@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import z3
 
+from argus.verify.terms import subterms
+
 MAX_WIDTH = 64
 _INF = float("inf")
 
@@ -191,14 +193,8 @@ def _translate(premises, claims, extra):
     terms = list(premises) + [c for _, c in claims] + [t for t in extra if z3.is_int(t)]
     # every integer subterm must be bounded; collect the worst magnitude
     worst = 1
-    seen: set[int] = set()
-    todo = list(terms)
     uf_in_arith = False
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
+    for t in subterms(*terms):
         if z3.is_int(t):
             is_uf = z3.is_app(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED and \
                 t.num_args() > 0
@@ -221,7 +217,6 @@ def _translate(premises, claims, extra):
                     if z3.is_app(c) and c.decl().kind() == z3.Z3_OP_UNINTERPRETED and \
                             c.num_args() > 0:
                         uf_in_arith = True
-            todo.extend(t.children())
     if uf_in_arith:
         raise _Abort("an opaque function's value is used in arithmetic")
     width = max(8, worst.bit_length() + 2)

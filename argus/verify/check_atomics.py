@@ -58,6 +58,7 @@ from argus.verify.model import Model, _num
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import fresh_int, mentions
+from argus.verify.terms import outermost, subterms
 
 # ops that access a global tensor other than by an atomic: (class, the field naming it)
 _PLAIN = ((O.Store, "store"), (O.TmaStore, "TMA store"), (O.Load, "load"), (O.Gather, "gather"),
@@ -324,14 +325,7 @@ def _merge(model: Model, a, sc, outer, eqs) -> Obligation:
     def put(e):
         # every application of this counter's ticket function (one per instance renaming)
         # is the arrival's ticket x: the comparison is about the value drawn
-        apps, stack = [], [e]
-        while stack:
-            t = stack.pop()
-            if z3.is_app(t):
-                if t.decl().eq(decl):
-                    apps.append(t)
-                else:
-                    stack.extend(t.children())
+        apps = outermost([e], lambda t: z3.is_app(t) and t.decl().eq(decl), binders=False)
         return z3.substitute(e, *[(t, x) for t in apps]) if apps else e
     passes = z3.And([put(c) for c in eqs])
     own = [p for p in model.premises if not _mentions_ticket(p, model)]
@@ -360,14 +354,8 @@ def _merge(model: Model, a, sc, outer, eqs) -> Obligation:
 
 def _applies(terms, t, kind) -> bool:
     """Whether an application of `kind` (z3.Z3_OP_MOD, Z3_OP_IDIV) to t appears in `terms`."""
-    stack = list(terms)
-    while stack:
-        e = stack.pop()
-        if z3.is_app(e):
-            if e.decl().kind() == kind and e.num_args() == 2 and e.arg(0).eq(t):
-                return True
-            stack.extend(e.children())
-    return False
+    return any(z3.is_app(e) and e.decl().kind() == kind and e.num_args() == 2 and
+               e.arg(0).eq(t) for e in subterms(*terms, binders=False))
 
 
 def _mentions_ticket(p, model: Model) -> bool:
@@ -376,11 +364,4 @@ def _mentions_ticket(p, model: Model) -> bool:
 
 
 def _has_app(term, decl) -> bool:
-    stack = [term]
-    while stack:
-        t = stack.pop()
-        if z3.is_app(t):
-            if t.decl().eq(decl):
-                return True
-            stack.extend(t.children())
-    return False
+    return any(z3.is_app(t) and t.decl().eq(decl) for t in subterms(term, binders=False))

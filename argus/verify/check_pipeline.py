@@ -43,7 +43,8 @@ from argus.verify import witness as W
 from argus.verify.model import Model, PipeInfo, StepInfo, _num
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
-from argus.verify.tagdomain import fresh_int, mentions, subterms
+from argus.verify.tagdomain import fresh_int, mentions
+from argus.verify.terms import subterms
 
 STAGE_REF = "n % S"
 CONSUMER_PARITY_REF = "(n / S) & 1"

@@ -72,6 +72,7 @@ from argus.verify.obligation import Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import (fresh_int, free_consts, integer_dim_position,
                                     is_coordinate_field, is_integer_dim, mentions)
+from argus.verify.terms import subterms
 from argus.verify.transfer.values import positive_scalar
 
 
@@ -684,16 +685,7 @@ def _nonempty(points, conds, premises) -> bool:
 
 def _quantified(e) -> bool:
     """Whether the formula `e` still has a quantifier in it."""
-    seen, todo = set(), [e]
-    while todo:
-        x = todo.pop()
-        if x.get_id() in seen:
-            continue
-        seen.add(x.get_id())
-        if z3.is_quantifier(x):
-            return True
-        todo.extend(x.children())
-    return False
+    return any(z3.is_quantifier(x) for x in subterms(e))
 
 
 def _moves_along(model: Model, site: ReduceSite, name: str, idx, axis: int) -> bool:
@@ -884,16 +876,7 @@ def _partners(model: Model, rec1, rec2, name: str, vars_, sub) -> list[_Partner]
 def _opaque_apps(t) -> list:
     """The uninterpreted functions applied to arguments in `t` (values the kernel loaded),
     each once."""
-    out, seen, todo = [], set(), [t]
-    while todo:
-        x = todo.pop()
-        if x.get_id() in seen or not z3.is_app(x):
-            continue
-        seen.add(x.get_id())
-        if _opaque_app(x):
-            out.append(x)
-        todo.extend(x.children())
-    return out
+    return [x for x in subterms(t, binders=False) if _opaque_app(x)]
 
 
 def _opaque_app(t) -> bool:

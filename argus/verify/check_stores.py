@@ -35,6 +35,7 @@ from argus.verify.solver import default_timeout_ms as solver_timeout
 from argus.verify.solver import value
 from argus.verify.tagdomain import (POINTWISE, free_consts, fresh_int, integer_dim_position,
                                     is_coordinate_field, is_integer_dim)
+from argus.verify.terms import outermost, subterms
 
 
 def obligations(model: Model) -> tuple[list[Obligation], list[Finding]]:
@@ -1587,17 +1588,7 @@ def _drawn_walks(model, st, dest: list) -> list:
 
 def _applications(terms: list, decl) -> list:
     """The applications of the function `decl` in `terms`, each once."""
-    out, todo, seen = {}, list(terms), set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if z3.is_app(t):
-            if t.decl().eq(decl):
-                out[t.get_id()] = t
-            todo.extend(t.children())
-    return list(out.values())
+    return [t for t in subterms(*terms, binders=False) if z3.is_app(t) and t.decl().eq(decl)]
 
 
 def _counted_walks(model, st, dest: list) -> tuple[list, dict]:
@@ -1732,18 +1723,9 @@ def _divisors_of(v, terms) -> dict[int, z3.ExprRef]:
     """The divisors d (by id) of the divisions v / d and remainders v % d in `terms`, each
     shared subterm walked once (`_unit_radix` and `_digit_split` split v only where there is
     exactly one)."""
-    found: dict[int, z3.ExprRef] = {}
-    seen: set[int] = set()
-    todo = list(terms)
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen or not z3.is_app(t):
-            continue
-        seen.add(t.get_id())
-        if t.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and t.arg(0).eq(v):
-            found[t.arg(1).get_id()] = t.arg(1)
-        todo.extend(t.children())
-    return found
+    return {t.arg(1).get_id(): t.arg(1) for t in subterms(*terms, binders=False)
+            if z3.is_app(t) and t.decl().kind() in (z3.Z3_OP_IDIV, z3.Z3_OP_MOD) and
+            t.arg(0).eq(v)}
 
 
 def _unit_radix(model, u, T, terms):
@@ -2079,16 +2061,5 @@ def _raster_lemma(premises, claim, units: set[str]) -> Lemma | None:
 
 def _unit_free_divisions(terms, units: set[str]) -> list[z3.ExprRef]:
     """The outermost integer divisions in `terms` that read none of `units`."""
-    found: dict[int, z3.ExprRef] = {}
-    seen: set[int] = set()
-    todo = list(terms)
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen or not z3.is_app(t) or t.num_args() == 0:
-            continue
-        seen.add(t.get_id())
-        if t.decl().kind() == z3.Z3_OP_IDIV and not free_consts(t) & units:
-            found[t.get_id()] = t
-            continue
-        todo.extend(t.children())
-    return list(found.values())
+    return outermost(terms, lambda t: z3.is_app(t) and t.decl().kind() == z3.Z3_OP_IDIV and
+                     not free_consts(t) & units, binders=False)

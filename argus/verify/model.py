@@ -47,7 +47,8 @@ from argus.ir.types import ScalarType, SmemType, TensorType, TileType
 from argus.target.fragments import acc_order_for
 from argus.verify import exprs, solver
 from argus.verify.tagdomain import (Memo, Record, TagVal, conj, fresh_int, instantiate,
-                                   mentions, occurring, substitute, subterms, with_fresh)
+                                   mentions, occurring, substitute, with_fresh)
+from argus.verify.terms import subterms
 from argus.verify.transfer import RULES
 # the records the walk builds and the obligation modules read live with the transfer functions
 # that fill them in (one module below both); the checks import them from here

@@ -56,6 +56,7 @@ from argus.verify.model import Model, StoreSite, _num, trailing
 from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import free_consts, fresh_int
+from argus.verify.terms import outermost
 
 
 def conditions(st: StoreSite) -> list:
@@ -217,19 +218,13 @@ def _holds(model: Model, st: StoreSite, conds: list, h: _Holders | None) -> Obli
 def _reads(term) -> list:
     """The values read at run time in a term: applications of uninterpreted functions (a
     scalar loaded at an address, an atomic's old value) and fresh constants of loads."""
-    out, seen, stack = [], set(), [term]
-    while stack:
-        t = stack.pop()
-        if not z3.is_app(t):
-            continue
-        if t.decl().kind() == z3.Z3_OP_UNINTERPRETED and \
-                (t.num_args() > 0 or str(t).startswith(("loaded", "ticket"))):
-            if str(t) not in seen:
-                seen.add(str(t))
-                out.append(t)
-            continue
-        stack.extend(t.children())
-    return out
+    def read(t) -> bool:
+        return z3.is_app(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED and \
+            (t.num_args() > 0 or str(t).startswith(("loaded", "ticket")))
+    out: dict[str, z3.ExprRef] = {}
+    for t in outermost([term], read, binders=False):
+        out.setdefault(str(t), t)   # one per spelling: the witness names them by str
+    return list(out.values())
 
 
 def _ticket_form(model: Model, st: StoreSite, cond):

@@ -30,6 +30,7 @@ import z3
 from z3.z3 import _to_expr_ref
 
 from argus.verify import solver
+from argus.verify.terms import subterms
 
 _fresh = itertools.count()
 # the fresh variables created since the outermost memoized record computation began (None
@@ -85,16 +86,7 @@ def mentions(term, var) -> bool:
         got = z3.Z3_substitute(ctx, term.as_ast(), 1, frm, to)  # checks sorts, raises
         return not z3.Z3_is_eq_ast(ctx, got, term.as_ast())
     target = var.get_id()
-    todo, seen = [term], set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() == target:
-            return True
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        todo.extend(t.children())
-    return False
+    return any(t.get_id() == target for t in subterms(term))
 
 
 _PROBES: dict[tuple, z3.ExprRef] = {}
@@ -266,19 +258,6 @@ def term_name(t) -> str:
                     return f"k!{z3.Z3_get_symbol_int(ctx, sym)}"
                 return z3.Z3_get_symbol_string(ctx, sym)
     return str(t)
-
-
-def subterms(term):
-    """Every distinct subterm of a z3 term (the term included), each once, depth first (a
-    shared subterm is visited once, not once per path to it)."""
-    todo, seen = [term], set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        yield t
-        todo.extend(t.children())
 
 
 def free_consts(term) -> set[str]:

@@ -16,6 +16,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.verify.tagdomain import fresh_int
+from argus.verify.terms import subterms
 from argus.verify.transfer.domain import PipeInfo, Rule, StepInfo, _num, _Unsupported
 
 
@@ -127,18 +128,8 @@ def _shared_loops(m: Model, st: StepInfo, reader, n):
 
 def _functions(term) -> set:
     """The uninterpreted functions applied in a z3 term (a ticket, its inverses)."""
-    out, todo, seen = set(), [term], set()
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if z3.is_app(t):
-            d = t.decl()
-            if d.kind() == z3.Z3_OP_UNINTERPRETED and t.num_args() > 0:
-                out.add(d.name())
-            todo.extend(t.children())
-    return out
+    return {t.decl().name() for t in subterms(term, binders=False)
+            if z3.is_app(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED and t.num_args() > 0}
 
 
 RULES: dict[type, Rule] = {
