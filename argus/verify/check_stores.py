@@ -1940,8 +1940,15 @@ def _tile_obligation(model, st, moving, units, walked, counts, exts=None) -> Obl
 
     def sub(t):
         return z3.substitute(t, *ren) if ren else t
-    prem = list(model.premises) + [sub(c) for c in model.premises] + own + \
-        [sub(c) for c in own]
+    # a walked loop's index is any unit in [0, T) here (`own`), not the iteration of one
+    # program: a premise of the model that mentions it (a drawn unit's ties to its producer's
+    # instance, transfer/pipeline.py `pipe_peek`; an atomic's ticket inside the walk) relates
+    # it to that program's id and the instance's auxiliaries, which the second copy would
+    # share with the first (it renames the units only): two units of one program would be
+    # compared, never units of two. Left out: fewer premises, a claim over more pairs.
+    walked_names = set(walked)
+    kept = [p for p in model.premises if not free_consts(p) & walked_names]
+    prem = kept + [sub(c) for c in kept] + own + [sub(c) for c in own]
     qs, boxes, aligned = [], [], []
     for d, base, size in moving:
         ext = exts[d] if exts is not None else _num(st.tensor.extent(model, d))

@@ -317,6 +317,29 @@ def test_the_verifier_catches_seeded_draw_bugs(bug, code, monkeypatch):
     assert hit, "\n".join(str(d) for d in report.errors + report.unknowns)
 
 
+def test_coverage_alone_catches_units_drawn_twice(monkeypatch):
+    """Producer and consumers both read the unit as ticket // 2: the tickets 2u and 2u + 1
+    both give unit u, so units 0 .. total / 2 - 1 are each loaded and stored twice and the
+    others never (store.coords holds: the stored tile is the loaded one). store.once fails;
+    store.coverage must fail on its own too. It was proven: the peek's premises tie the
+    consumers' loop index to its CTA's id (transfer/pipeline.py `pipe_peek`), and the tile
+    obligation's second copy, which renames the walked index only, shared that id, so it
+    compared two units of one CTA (i and i + P, never one ticket pair). check_stores.py
+    `_tile_obligation` now leaves out the premises that mention a walked loop's index."""
+    def draws(self, counter):
+        for _ in ag.range(self.first, self.total, self.programs):
+            ticket = ag.atomic_fetch_add(counter, (0,), wrap=self.total)
+            yield ticket, self.locate(ticket // 2)
+    monkeypatch.setattr(TileScheduler, "draws", draws)
+    monkeypatch.setattr(OperandRing, "peek_unit", lambda self: self.pipe.peek() // 2)
+    report = _report()
+    codes = {d.code for d in report.errors}
+    assert "store.coords" not in codes, "\n".join(str(d) for d in report.errors)
+    coverage = [d for d in report.errors if d.code == "store.coverage"]
+    assert any("both store tile" in str(d) for d in coverage), \
+        "\n".join(str(d) for d in report.errors + report.unknowns)
+
+
 # ----------------------------------------------------------------------------- argus.ops
 
 
