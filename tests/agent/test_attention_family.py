@@ -110,6 +110,18 @@ def test_sdpa_with_a_mask_tensor_is_not_the_attention_family(tmp_path):
 # ----------------------------------------------------------------------------- rules
 
 
+def test_snake_needs_the_walk():
+    """tile_order 'snake' orders the persistent walk's rounds: with persistent=False it is an
+    error naming the rule and the fix (AttentionSchedule refuses it too)."""
+    t = task(D=128, S=2048, causal=True)
+    start = FAMILY.normalize(t, FAMILY.default_params(t))
+    assert start["tile_order"] == "snake" and start["persistent"]
+    found = FAMILY.static_check(t, {**start, "persistent": False})
+    assert "snake_walk" in [d.code for d in found]
+    bad = next(d for d in found if d.code == "snake_walk")
+    assert bad.severity == "error" and "persistent=True" in bad.fix
+
+
 def test_default_and_naive_points_are_legal():
     for t in (task(), task(D=64), task(D=256, causal=True), task(D=64, S=1000, causal=True)):
         for p in (FAMILY.default_params(t), FAMILY.naive_params(t)):
@@ -273,7 +285,8 @@ def test_optimize_writes_a_solution_through_argus_ops_attention(tmp_path):
 
 
 def test_space_searches_the_measured_knobs_and_the_model_sees_two_ctas():
-    """tile_order, own_blocks, ctas_per_sm and exp2_emulate are in the action space (each a
+    """tile_order (snake: the causal walk's default at hd128 / 256 since 2026-12-06), own_blocks,
+    ctas_per_sm and exp2_emulate are in the action space (each a
     measured default somewhere: docs/perf/attention.md), the two-CTA card proposes legal
     candidates at head dim 64, and the estimate credits the second CTA with hiding each tile's
     start, Q load and O store (the gain measured at short lengths)."""
@@ -281,7 +294,8 @@ def test_space_searches_the_measured_knobs_and_the_model_sees_two_ctas():
 
     t = task(D=64, S=1024)
     sp = FAMILY.space(t)
-    assert set(sp["tile_order"]) == {"head", "lpt"} and set(sp["own_blocks"]) == {False, True}
+    assert set(sp["tile_order"]) == {"head", "lpt", "snake"}
+    assert set(sp["own_blocks"]) == {False, True}
     assert 2 in sp["ctas_per_sm"] and 104 in sp["consumer_regs"] and 2 in sp["exp2_emulate"]
     card = next(c for c in load_cards() if c.id == "attn.two_ctas")
     start = FAMILY.normalize(t, FAMILY.naive_params(t))

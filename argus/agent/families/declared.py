@@ -211,8 +211,9 @@ ATTENTION = dict(
                         rule="PTX setmaxnreg: a multiple of 8 in [24, 256] (104: two CTAs an SM)"),
     ctas_per_sm=legal((1, 2), rule="ag.occupancy: CTAs an SM (two share registers and shared "
                       "memory: AttentionSchedule._problems / problems_for)"),
-    tile_order=legal(("head", "lpt"), rule="grid order: heads' query tiles in order, or the "
-                     "longest causal tiles first (kernels/attention.py tile_order)"),
+    tile_order=legal(("head", "lpt", "snake"), rule="grid order: heads' query tiles in "
+                     "order, the longest causal tiles first, or the persistent walk with every "
+                     "second round reversed (kernels/attention.py tile_order)"),
     own_blocks=legal((False, True), rule="each consumer warpgroup computes only the KV blocks "
                      "its own rows see (causal; not with ordered)"),
     exp2_emulate=legal((0, 2, 4), low=0, high=16, rule="key groups of 16 whose exp2 runs on the "
@@ -228,6 +229,12 @@ ATTENTION_CONSTRAINTS = (
                "use fa3_overlap=True (the same overlap in FA3's order, proven)",
                "argus/kernels/attention.py (module docstring: not proven yet)",
                reads=("intra_wg_overlap",)),
+    Constraint("snake_walk", lambda s, f: s["tile_order"] != "snake" or s["persistent"],
+               "tile_order='snake' orders the rounds of the persistent walk; with "
+               "persistent=False the hardware hands the grid's tiles out",
+               "use persistent=True with tile_order='snake' (or another tile_order)",
+               "argus/kernels/attention.py AttentionSchedule._problems",
+               reads=("tile_order", "persistent")),
     Constraint("persistent_unknown", lambda s, f: not s["persistent"],
                "persistent=True: the walk's div/mod unit decode leaves some verifier obligations "
                "unknown (z3 timeouts), never violated; the one-CTA-per-tile grid is proven clean",
