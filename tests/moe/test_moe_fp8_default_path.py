@@ -51,6 +51,18 @@ def _on_card(monkeypatch, card):
     return seen
 
 
+def _assert_matches_float64_and_the_global_scale_tile(out, T, E, k, H, I, x, w13, w2, s13, s2,
+                                                      ids, weights):
+    """No padding reached the output, it matches float64, and it is bit-equal to the layer on
+    FP8_PREFILL (the same partials, scales and K order)."""
+    assert not torch.isnan(out).any(), "a padding row or padding scale reached the output"
+    exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
+    assert _rel(out, exact) < 1e-2, _rel(out, exact)
+    plain = M.experts(x, w13, w2, ids, weights, M.Layer(T, H, I, E, k, FP8_PREFILL),
+                      interpret=True, scales=(s13, s2))
+    assert torch.equal(out, plain)
+
+
 @pytest.mark.parametrize("T,E,k,H,I,form", [
     # H = I = 384: K/128 = 3 for both GEMMs (weight scales padded to 4), the down's second
     # 256-column tile one real half; T * k / E = 128
@@ -76,12 +88,8 @@ def test_default_prefill_path_matches_float64_and_the_global_scale_tile(T, E, k,
     x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=T + H + I, form=form)
     out = _default(x, w13, w2, s13, s2, ids, weights, k)
     assert [layer.schedule for layer in ran] == [want]
-    assert not torch.isnan(out).any(), "a padding row or padding scale reached the output"
-    exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
-    assert _rel(out, exact) < 1e-2, _rel(out, exact)
-    plain = M.experts(x, w13, w2, ids, weights, M.Layer(T, H, I, E, k, FP8_PREFILL),
-                      interpret=True, scales=(s13, s2))
-    assert torch.equal(out, plain)     # the same partials, scales and K order
+    _assert_matches_float64_and_the_global_scale_tile(out, T, E, k, H, I, x, w13, w2, s13, s2,
+                                                      ids, weights)
 
 
 @pytest.mark.parametrize("T,E,k,H,I,form", [
@@ -100,12 +108,8 @@ def test_the_h200_class_default_runs_the_walk_quantizing_h(T, E, k, H, I, form, 
     x, w13, w2, s13, s2, ids, weights = _problem(T, E, k, H, I, seed=T + I, form=form)
     out = _default(x, w13, w2, s13, s2, ids, weights, k)
     assert [layer.schedule for layer in ran] == [walk_q] and seen == ["cpu"]
-    assert not torch.isnan(out).any(), "a padding row or padding scale reached the output"
-    exact = M.reference_fp8(x, w13, w2, s13, s2, ids, weights)
-    assert _rel(out, exact) < 1e-2, _rel(out, exact)
-    plain = M.experts(x, w13, w2, ids, weights, M.Layer(T, H, I, E, k, FP8_PREFILL),
-                      interpret=True, scales=(s13, s2))
-    assert torch.equal(out, plain)     # the same partials, scales and K order
+    _assert_matches_float64_and_the_global_scale_tile(out, T, E, k, H, I, x, w13, w2, s13, s2,
+                                                      ids, weights)
     # past the band: the walk with the separate quantize (the layer only)
     past = M.FP8_UNIT_GRID_MAX_ROWS * E // k + 1
     assert M._layer(past, H, I, E, k, None, True, M.CARD_H200).schedule == \
