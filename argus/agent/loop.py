@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from argus.agent import store as store_module
 from argus.agent.bandit import BanditPlanner
 from argus.agent.candidate import Candidate, Outcome, Step, gain, reward
 from argus.agent.evaluate import EvalOptions
@@ -41,6 +42,22 @@ def resolve_device(device: str) -> str:
     from argus.demo import gpu_available
 
     return "cuda" if gpu_available() else "cpu"
+
+
+def run_card_class(task: TaskSpec, device: str) -> str:
+    """The card class (argus.ops.moe CARD_H100 / CARD_H200) a run's times are for, the key
+    its steps are stored and its priors read under: on a CUDA device that device's class
+    (argus.ops.moe.card_of: the card that measures); without one the task's own `card` option
+    (moe_fp8_task records one: its cost model is that class's), else the H100 class
+    (default_card's without CUDA, and the class stored rows without one are read as)."""
+    import importlib
+
+    moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe is also the op)
+    if device.startswith("cuda"):
+        import torch
+
+        return moe_ops.card_of(torch.device(device))
+    return task.opts.get("card") or moe_ops.CARD_H100
 
 
 def _say(verbose: bool) -> Callable[[str], None]:
@@ -68,6 +85,7 @@ class Optimizer:
         # caller's own `log` gets the plain lines)
         self.bar = None if log is not None else False
         self.device = resolve_device(config.device)
+        self.card_class = run_card_class(task, self.device)
         self.track = config.track if config.track != "auto" else task.track
         self.worker: WorkerClient | None = None
         self.scratch: Path | None = None
@@ -150,7 +168,7 @@ class Optimizer:
     def _planner(self, state: PlanState, store: ExperienceStore, run_id: str) -> Planner:
         if self.planner_override is not None:
             return self.planner_override
-        priors = store.arm_stats(self.task.family, exclude_run=run_id)
+        priors = store.arm_stats(self.task.family, self.card_class, exclude_run=run_id)
         bandit = BanditPlanner(self.task, self.family, strategy=self.config.strategy,
                                priors=priors, screen_limit=self.config.screen_limit,
                                explore=self._explore())
@@ -162,7 +180,8 @@ class Optimizer:
             cfg = LLMConfig.from_env(self.config.llm_provider, self.config.llm_model,
                                      self.config.llm_base_url)
             return LLMPlanner(make_provider(cfg), bandit,
-                              experience=lambda: store.similar_steps(self.task, run_id))
+                              experience=lambda: store.similar_steps(self.task,
+                                                                     self.card_class, run_id))
         raise ValueError(f"planner {self.config.planner!r}: use bandit or llm")
 
     def _explore(self) -> bool:
@@ -185,12 +204,20 @@ class Optimizer:
             self.say(f"{path} belongs to another task (or the task file changed): starting a "
                      "new run")
             return None
+        # a run.json written before card classes: the class the store reads such rows as
+        recorded = data.get("card_class") or store_module.legacy_card_class()
+        if recorded != self.card_class:
+            self.say(f"{path} was measured on the {recorded} card class, this run is on the "
+                     f"{self.card_class} class: starting a new run (its steps would mix the "
+                     "two cards' times)")
+            return None
         return data
 
     def _write_state(self, run_id: str, status: str, baselines, estimates) -> None:
         data = {"run_id": run_id, "status": status, "signature": self.task.signature(),
                 "task_sha256": self.task.sha256, "task": self.task.to_json(),
                 "config": self.config.to_json(), "device": self.device,
+                "card_class": self.card_class,
                 "baselines": baselines, "estimates": estimates, "updated": time.time()}
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(data, indent=1, default=str))
@@ -209,9 +236,10 @@ class Optimizer:
         started = time.time()
         t0 = time.monotonic()
         try:
-            store.start_run(run_id, self.task, cfg.to_json(), str(self.out))
-            where = ("the GPU" if self.device.startswith("cuda") else "CPU: correctness in the "
-                     "interpreter, times from the cost model (estimates)")
+            store.start_run(run_id, self.task, cfg.to_json(), str(self.out), self.card_class)
+            where = (f"the GPU ({self.card_class} card class)" if self.device.startswith("cuda")
+                     else f"CPU: correctness in the interpreter, times from the cost model "
+                          f"(estimates, stored as the {self.card_class} card class's)")
             self.say(f"argus optimize: {self.task.name} ({self.task.family}, "
                      f"{', '.join(f'{k}={v}' for k, v in self.task.shape)}) on {where}; "
                      f"planner {cfg.planner}, feedback {cfg.feedback}, budget {cfg.iterations} "
@@ -266,7 +294,7 @@ class Optimizer:
                 step = Step(idx, proposal.planner, proposal.card, proposal.candidate, outcome, r,
                             gain(outcome, inc_ms), proposal.rationale, proposal.events,
                             proposal.pruned, time.monotonic() - t_step, time.time())
-                store.record_step(run_id, self.task, step)
+                store.record_step(run_id, self.task, step, self.card_class)
                 steps.append(step)
                 planner.observe(state.add(step), state)
                 self._progress(step, steps, cfg.iterations, base_ms)
@@ -304,7 +332,7 @@ class Optimizer:
             return Proposal(start, "start", "start", "the starting point")
         if idx == 1 and self.config.warm_start:
             kind = "measured" if self.device.startswith("cuda") else "estimate"
-            best = store.best(self.task.signature(), kind)
+            best = store.best(self.task.signature(), self.card_class, kind)
             if best is not None:
                 cand = Candidate.of(self.family.normalize(self.task, best["params"]),
                                     best.get("source") or None, "store.best")
