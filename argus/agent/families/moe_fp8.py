@@ -75,14 +75,27 @@ model's, not a measurement's. Each GEMM is at least its experts' weights read on
 expert puts the split 128 x 256 ahead of FP8_SMALL, as measured (T = 1024: 4.090 against
 4.244 ms, the grids 3.761 against 4.147).
 
-The cost model is the H100's, whatever the task's card: its factors are fitted to the H100
-runs above (the overlap ratio excepted, an H200 run's; the structural model's hardware
-figures are cost_model.H200's), and none to the H200's runs of 2026-12-06 (docs/perf/moe.md
-"fp8 prefill rule per card": the split's walk, grid and fused forms at DeepSeek-V3, the layer
-and its GEMM kernels, one run each; a model per card is not built). On the H200 class the
-start and the warnings follow argus.ops.moe's rule (the walk with quantize_out from 32 to 128
-rows an expert), while the estimate still prefers the unit grid there (grid_factor 0.843, the
-H100's): an estimate that disagrees with the H200's measurement, not a measurement of it.
+The cost model is per card class, chosen by the task's card (`task_card`). The H100 class's is
+the fit above: its factors fitted to the H100 runs (the overlap ratio excepted, an H200 run's;
+the structural model's hardware figures are cost_model.H200's). The H200 class's
+(`promotion_scale`, `_h200_grid_knots`, `_h200_quantize_out_knots`) is fitted to the H200's
+whole-layer table of 2026-12-06 (H200_LAYER_TFLOPS; docs/perf/moe.md "fp8 prefill rule per
+card: the H200 measured": the split's walk, grid and both fused forms and FP8_SMALL at
+DeepSeek-V3, T = 1024-16384): the H100's promotion factors times one scale, so the walk's
+estimate at T = 16384 is its H200 measurement (the other forms' ratios to each other stay the
+H100's: the H200 run measured the split smem TMA tile only); the grid and quantize_out factors
+fitted so the estimate's grid / walk and fused / separate ratios are the measured layers' at
+each T (the mean where T = 1024-4096 share one units-a-CTA point; the grid's fused form, measured
+up to 4096 only, takes that point's factor beyond). Fitted to the layer, where the H100's
+grid and quantize_out factors are fitted to the GEMM kernels alone: on the H200 the layer's
+differences lie partly outside the kernels' profiled durations (docs/perf/moe.md), and the
+rule is chosen by the layer. With it the H200 estimate orders every pair of the table measured
+more than 3% apart as measured, and its best of the split's four forms is fp8_schedule_for's on
+the H200 class at each measured T (the walk with quantize_out from 32 to 128 rows an expert, the
+walk above). Its absolute times off T = 16384 are the structural model's, not fitted: the walk
+at T = 1024 / 4096 / 8192 4.58 / 4.78 / 7.26 ms estimated against 3.02 / 5.05 / 8.03 measured
+(the H100's model: 4.26 / 4.46 / 6.77 against its alternated run's 4.33 / 6.04 / 8.25). The
+torch baseline is each card's measured torch._grouped_mm rate (GROUPED_MM_TFLOPS).
 
 Evaluation: `run` calls argus.ops.moe's expert path with the schedule and the weight scales (the
 interpreter on CPU tensors, the compiled kernels on CUDA ones), checked against
@@ -380,17 +393,18 @@ def _grid_knots() -> tuple[tuple[float, float], ...]:
     return _knots({T: grid_ratio(T) for T in GRID_MEASURED_US}, FP8_PREFILL_SPLIT_SMEM_TMA)
 
 
-def grid_factor(d: dict[str, int], s) -> float:
-    """The GEMMs' time on one CTA a unit over the walk's (1 for the walk): GRID_MEASURED_US's
-    ratios (`grid_ratio`), linear in log2 of units_per_cta between the measured points and the
-    nearest one's outside them. An estimate fitted to four points of one tile: it prefers the
-    grid up to 128 rows an expert at DeepSeek-V3 (0.843 at 32-128 rows) and the walk from 256
-    (1.026; 1.044 at 512), crossing 1 near 230 rows, as argus/ops/moe.py fp8_schedule_for
-    (FP8_UNIT_GRID_MAX_ROWS) does on the H100 class (not on the H200 class: this is the
-    H100's fit, module docstring)."""
+def grid_factor(d: dict[str, int], s, card: str | None = None) -> float:
+    """The GEMMs' time on one CTA a unit over the walk's (1 for the walk) on a card class
+    (None: the H100 class, `fit_card`). The H100's: GRID_MEASURED_US's ratios (`grid_ratio`),
+    linear in log2 of units_per_cta between the measured points and the nearest one's outside
+    them. An estimate fitted to four points of one tile: it prefers the grid up to 128 rows an
+    expert at DeepSeek-V3 (0.843 at 32-128 rows) and the walk from 256 (1.026; 1.044 at 512),
+    crossing 1 near 230 rows, as argus/ops/moe.py fp8_schedule_for (FP8_UNIT_GRID_MAX_ROWS)
+    does on the H100 class. The H200's: `_h200_grid_knots` (the walk everywhere)."""
     if s.persistent:
         return 1.0
-    return _interpolate(_grid_knots(), units_per_cta(d, s))
+    knots = _h200_grid_knots() if _is_h200(card) else _grid_knots()
+    return _interpolate(knots, units_per_cta(d, s))
 
 
 @functools.cache
@@ -410,13 +424,147 @@ def _quantize_out_knots(persistent: bool) -> tuple[tuple[float, float], ...]:
     return _knots(ratios, ref)
 
 
-def quantize_out_factor(d: dict[str, int], s) -> float:
+def quantize_out_factor(d: dict[str, int], s, card: str | None = None) -> float:
     """The GEMMs' time with the gate-up quantizing h itself over the structural model's (1
-    without quantize_out): QUANTIZE_OUT_MEASURED_US's ratios on s's grid (`_quantize_out_knots`),
-    log-linear in units_per_cta as `grid_factor`. The removed quantize_1x128 is in `_glue_ms`."""
+    without quantize_out) on a card class (None: the H100 class): the H100's from
+    QUANTIZE_OUT_MEASURED_US's ratios on s's grid (`_quantize_out_knots`), the H200's from its
+    layers (`_h200_quantize_out_knots`), log-linear in units_per_cta as `grid_factor`. The
+    removed quantize_1x128 is in `_glue_ms`."""
     if not s.quantize_out:
         return 1.0
-    return _interpolate(_quantize_out_knots(bool(s.persistent)), units_per_cta(d, s))
+    knots = _h200_quantize_out_knots if _is_h200(card) else _quantize_out_knots
+    return _interpolate(knots(bool(s.persistent)), units_per_cta(d, s))
+
+
+# --------------------------------------------------------------------------- the H200 fit
+
+# DeepSeek-V3's whole fp8 layer (E 256, k 8, H 7168, I 2048) on an NVIDIA H200, TFLOP/s
+# (2026-12-06 ~20:25 UTC, tree: git archive of 0bcddc6, `scripts/gpu_moe_bench.py --fp8
+# --rounds 3`: every path in each of 3 rounds, the first rotating, the median round;
+# docs/perf/moe.md "fp8 prefill rule per card: the H200 measured"), by T and the schedule
+# each column ran (`measured_schedule`). The table's `default` column is entered under the
+# schedule it was on that tree (the H100 rule: grid_fq up to 128 rows an expert, the walk
+# above), so a schedule can have two values at a T, as at T = 4096, measured in two runs
+# (separate processes; the grid's two differ by 7.5%). `h200_layer_ms` takes each one's mean.
+# The dynamic walk's columns (dyn, dyn + fq) are left out: MoeFp8Schedule.scheduler is not in
+# the family's space.
+H200_LAYER_TFLOPS = {
+    1024: {"grid_fq": (230,), "walk": (239,), "walk_fq": (238,), "grid": (239,),
+           "small": (193,)},
+    2048: {"grid_fq": (370,), "walk": (375,), "walk_fq": (377,), "grid": (368,),
+           "small": (259,)},
+    4096: {"grid_fq": (555, 548), "walk": (575, 569), "walk_fq": (590,), "grid": (566, 525),
+           "small": (355,)},
+    8192: {"walk": (721, 716), "walk_fq": (718,), "grid": (679,), "small": (409,)},
+    16384: {"walk": (800, 803), "grid": (778,)},
+}
+# torch._grouped_mm in bf16 on the dequantized weights, DeepSeek-V3 T = 16384 on an H200
+# (2026-12-02 21:13 UTC, tree 72dae26; docs/perf/moe.md "fp8 block-scaled and Mixtral"):
+# 313 TFLOP/s; the H100's 309 beside the calibration run
+GROUPED_MM_TFLOPS = {"h100": 309.0, "h200": 313.0}
+
+
+def measured_schedule(name: str):
+    """The schedule of a column of H200_LAYER_TFLOPS: the split 128 x 256 smem-scale TMA tile
+    on the walk or one CTA a unit, with the separate quantize or the gate-up's own (grid_fq is
+    argus/ops/moe.py FP8_PREFILL_UNIT_GRID, walk_fq FP8_PREFILL_WALK_FUSED_QUANTIZE), or
+    FP8_SMALL (scripts/gpu_moe_bench.py fp8_variants)."""
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as walk
+    from argus.kernels.moe_fp8 import FP8_SMALL
+
+    return {"walk": walk, "walk_fq": dataclasses.replace(walk, quantize_out=True),
+            "grid": dataclasses.replace(walk, persistent=False),
+            "grid_fq": dataclasses.replace(walk, persistent=False, quantize_out=True),
+            "small": FP8_SMALL}[name]
+
+
+def h200_layer_ms(T: int) -> dict[str, float]:
+    """H200_LAYER_TFLOPS at size T in ms, the mean TFLOP/s of each schedule's measurements."""
+    flops = 2.0 * T * CALIBRATION["top_k"] * 3 * CALIBRATION["H"] * CALIBRATION["I"]
+    return {name: flops / (sum(v) / len(v) * 1e12) * 1e3
+            for name, v in H200_LAYER_TFLOPS[T].items()}
+
+
+def fit_card(card: str | None) -> str:
+    """The card class whose fit the cost model reads: argus.ops.moe's CARD_H100 or CARD_H200
+    (None: the H100 class, the fit these functions had before the H200's). An unknown class is
+    refused (argus.ops.moe.fp8_unit_grid_pays's refusal)."""
+    moe_ops = _moe_ops()
+    if card is None:
+        return moe_ops.CARD_H100
+    moe_ops.fp8_unit_grid_pays(card)                  # refuses a card it has no rule for
+    return card
+
+
+def _is_h200(card: str | None) -> bool:
+    return fit_card(card) == _moe_ops().CARD_H200
+
+
+@functools.cache
+def _h200_scale() -> float:
+    """The H200's promotion factors over the H100's: the walk's measured H200 layer at the
+    calibration point (T = 16384) less the modelled glue, over its H100 one's (the factors'
+    calibration), so the H200 estimate there is the H200 measurement. The forms' ratios to
+    each other stay the H100's (the H200 run measured the split smem TMA tile only)."""
+    walk = measured_schedule("walk")
+    gate_up, down, _, _ = _structural(CALIBRATION, walk)
+    return (h200_layer_ms(CALIBRATION["T"])["walk"] - _glue_ms(CALIBRATION)) / (
+        (gate_up + down) * promotion_factors()[form(walk)])
+
+
+def promotion_scale(card: str | None = None) -> float:
+    """The card class's multiplier on the promotion factors: 1 on the H100 class (their
+    calibration), `_h200_scale` on the H200 class."""
+    return _h200_scale() if _is_h200(card) else 1.0
+
+
+def _h200_gemms(d: dict[str, int], s) -> float:
+    """The H200 estimate's GEMMs for schedule s before the grid and quantize_out factors."""
+    gate_up, down, _, _ = _structural(d, s)
+    return (gate_up + down) * promotion_factor(form(s))[0] * _h200_scale()
+
+
+def _h200_fitted_ratio(T: int, base: str, other: str, factor_before: float) -> float:
+    """The factor on schedule `other`'s GEMMs (those already multiplied by factor_before) that
+    makes its H200 estimate over `base`'s the measured layer ratio at T: the model's glue kept,
+    so the fit moves the GEMMs only."""
+    d = {**CALIBRATION, "T": T}
+    ms = h200_layer_ms(T)
+    s_base, s_other = measured_schedule(base), measured_schedule(other)
+    est_base = _h200_gemms(d, s_base) * factor_before + _glue_ms(d, s_base.quantize_out)
+    target = ms[other] / ms[base] * est_base
+    return (target - _glue_ms(d, s_other.quantize_out)) / (_h200_gemms(d, s_other) *
+                                                           factor_before)
+
+
+@functools.cache
+def _h200_grid_knots() -> tuple[tuple[float, float], ...]:
+    """(log2 units a CTA, grid / walk) on the H200: at each T of H200_LAYER_TFLOPS with both
+    forms of the split (separate quantize) the factor that makes the estimate's grid / walk
+    the measured layers' ratio (`_h200_fitted_ratio`), the mean where sizes share a point
+    (T = 1024, 2048, 4096: one m-tile an expert). Fitted to the layer, not to the GEMM kernels
+    alone as the H100's: the H200 run's layer differences lie partly outside the kernels'
+    profiled durations (docs/perf/moe.md), and the layer is what the rule is chosen by."""
+    ratios = {T: _h200_fitted_ratio(T, "walk", "grid", 1.0) for T, ms in
+              H200_LAYER_TFLOPS.items() if "walk" in ms and "grid" in ms}
+    return _knots(ratios, measured_schedule("walk"))
+
+
+@functools.cache
+def _h200_quantize_out_knots(persistent: bool) -> tuple[tuple[float, float], ...]:
+    """(log2 units a CTA, factor) of quantize_out on the H200 on the walk or the grid: at each
+    T with both quantize forms of that grid the factor that makes the estimate's fused /
+    separate the measured layers' ratio (the grid's own H200 factor applied to both), the
+    mean where sizes share a point. The grid's fused form was measured only up to T = 4096:
+    beyond it the nearest point's factor."""
+    sep, fused = ("walk", "walk_fq") if persistent else ("grid", "grid_fq")
+    ratios = {}
+    for T, ms in H200_LAYER_TFLOPS.items():
+        if sep in ms and fused in ms:
+            d = {**CALIBRATION, "T": T}
+            g = grid_factor(d, measured_schedule(sep), _moe_ops().CARD_H200)
+            ratios[T] = _h200_fitted_ratio(T, sep, fused, g)
+    return _knots(ratios, measured_schedule("walk"))
 
 
 def _gate_up_args(s) -> tuple[bool, ...]:
@@ -496,11 +644,13 @@ class MoeFp8Family(ScheduleFamily):
         except ValueError:
             return None
         d = task.dims
+        card = task_card(task)
         gate_up, down, rows, bound = _structural(d, s)
         promotion, source = promotion_factor(form(s))
-        grid = grid_factor(d, s)
-        fused = quantize_out_factor(d, s)
-        factor = promotion * grid * fused
+        scale = promotion_scale(card)
+        grid = grid_factor(d, s, card)
+        fused = quantize_out_factor(d, s, card)
+        factor = promotion * scale * grid * fused
         glue = _glue_ms(d, s.quantize_out)
         total = (gate_up + down) * factor + glue
         flops = 2.0 * d["T"] * d["top_k"] * 3 * d["H"] * d["I"]
@@ -508,17 +658,20 @@ class MoeFp8Family(ScheduleFamily):
                         {"padded_rows": rows, "gate_up_ms": gate_up * factor,
                          "down_ms": down * factor, "glue_ms": glue, "form": "/".join(
                              map(str, form(s))), "promotion_factor": promotion,
-                         "factor_source": source, "grid_factor": grid,
+                         "factor_source": source, "card": card, "promotion_scale": scale,
+                         "grid_factor": grid,
                          "quantize_out_factor": fused,
                          "units_per_cta": units_per_cta(d, s),
                          "tflops": flops / (total * 1e-3) / 1e12})
 
     def baseline_estimates(self, task: TaskSpec) -> dict[str, Estimate]:
-        """torch._grouped_mm in bf16 on the dequantized weights at its rate measured beside the
-        calibration run (309 TFLOP/s, DeepSeek-V3 T = 16384, H100: docs/perf/moe.md)."""
+        """torch._grouped_mm in bf16 on the dequantized weights at its rate measured on the
+        task's card class (GROUPED_MM_TFLOPS, DeepSeek-V3 T = 16384: 309 TFLOP/s on the H100
+        beside the calibration run, 313 on the H200: docs/perf/moe.md)."""
         d = task.dims
         flops = 2.0 * d["T"] * d["top_k"] * 3 * d["H"] * d["I"]
-        return {"torch._grouped_mm (bf16)": Estimate(flops / 309e12 * 1e3, "compute", {})}
+        rate = GROUPED_MM_TFLOPS[fit_card(task_card(task))] * 1e12
+        return {"torch._grouped_mm (bf16)": Estimate(flops / rate * 1e3, "compute", {})}
 
     # -- rendering and running -------------------------------------------------------------------
     def render_kernel(self, task: TaskSpec, params: dict[str, Any]) -> str:
