@@ -341,11 +341,11 @@ def best_schedule(signature: str, *, card_class: str | None = None,
                 return None
             where = "" if legacy else f" AND {_in(classes)}"
             for kind in kinds:
-                row = db.execute("SELECT params FROM best WHERE signature = ? AND time_kind = ? "
-                                 f"AND (source IS NULL OR source = ''){where} "
-                                 "ORDER BY time_ms LIMIT 1",
+                # the fastest entry the class sees (as _publish), a schedule only if unedited
+                row = db.execute(f"SELECT params, source FROM best WHERE signature = ? AND "
+                                 f"time_kind = ?{where} ORDER BY time_ms LIMIT 1",
                                  (signature, kind, *(() if legacy else classes))).fetchone()
-                if row:
+                if row and not row[1]:
                     return json.loads(row[0])
         finally:
             db.close()

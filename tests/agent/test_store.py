@@ -225,8 +225,15 @@ def test_an_old_store_migrates_without_losing_a_row_and_reads_as_h100(tmp_path):
         assert store.best(TASK.signature(), H100)["params"] == old
         store.record_step("new", TASK, _step(1, fast, ms=0.2), H100)
         assert store.best(TASK.signature(), H100)["params"] == fast
+        assert best_schedule(TASK.signature(), card_class=H100, path=db) == fast
+        # a faster edited source: no schedule for ops (what _publish hands it), not the old one
+        edited = Step(2, "llm", "gemm.deeper_pipeline", Candidate.of(fast, "KERNEL = ..."),
+                      Outcome("ok", "measure", time_ms=0.1, time_kind="measured"), 0.0, 0.0)
+        store.record_step("new", TASK, edited, H100)
+        assert store.best(TASK.signature(), H100)["source"] == "KERNEL = ..."
+        assert best_schedule(TASK.signature(), card_class=H100, path=db) is None
     with ExperienceStore(db) as store:                      # reopening migrates nothing again
-        assert len(store.steps("old")) == 2 and len(store.steps("new")) == 2
+        assert len(store.steps("old")) == 2 and len(store.steps("new")) == 3
         assert store.db.execute("SELECT COUNT(*) FROM best").fetchone()[0] == 3
 
 
