@@ -127,6 +127,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     "stN" sets the depth of the K and V rings (e.g. "default+fast+st3":
     three stages fit beside Q at head dim 128, 225 KB). "tma": the stmatrix + TMA-store
     epilogue, "direct" the st.global one (hd128's default is "tma" since 2026-12-04);
+    "tmaN" the same epilogue staging N columns of O a round (store_cols; "default+tma128" at
+    head dim 256, where a whole 128 x 256 staging tile does not fit beside Q and the rings);
     "persistent" applies to "default" too ("default+tma+persistent"). "emuN": N of every 16
     groups of 8 keys compute P's exp2 on the FMA pipe (exp2_emulate, FA4's partial emulation;
     "default+emu4": a quarter). "lpt" (on "default" too): tile_order "lpt", the tiles handed
@@ -151,7 +153,10 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     cluster_m=2, adjacent m tiles in a 2-CTA cluster sharing each K and V block by TMA
     multicast (FA3's ClusterM at head dims >= 128); "default+cl2" keeps the default's walk
     (refused at head dim 256's short full masks: the walk spills there), "default+grid+cl2"
-    the one-CTA-a-tile grid ("grid": persistent and early_q_release off on the default)."""
+    the one-CTA-a-tile grid ("grid": persistent and early_q_release off on the default).
+    "pfq" (implies "persistent"): prefetch_next_q, the walk's producer prefetching the Q tile
+    of its next unit into L2 as each unit's loads start; e.g. "default+tma128+pfq" at head
+    dim 256, "default+pfq" at 128."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -169,6 +174,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         diet = {"approx_exp2": False, "fold_scale": False}
     if "snake" in variant.split("+") and "persistent" not in variant.split("+"):
         variant += "+persistent"   # the snake orders the persistent walk's rounds
+    if "pfq" in variant.split("+") and "persistent" not in variant.split("+"):
+        variant += "+persistent"   # the next unit's Q is the persistent walk's
     parts = variant.split("+")
     depth = [int(p[2:]) for p in parts if p.startswith("st") and p[2:].isdigit()]
     if depth:
@@ -183,6 +190,11 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     extra = {"epilogue": "tma"} if "tma" in parts else {}
     if "direct" in parts:   # st.global from registers (hd128's default stores through TMA)
         extra["epilogue"] = "direct"
+    # "tmaN": the TMA-store epilogue staging N columns of O per round (store_cols), so it
+    # fits beside head dim 256's Q and rings ("default+tma128": two rounds of 128 columns)
+    rounds = [int(p[3:]) for p in parts if p.startswith("tma") and p[3:].isdigit()]
+    if rounds:
+        extra.update(epilogue="tma", store_cols=rounds[0])
     if "lpt" in parts:      # heads fastest, then m tiles longest first (tile_order "lpt")
         extra["tile_order"] = "lpt"
     if "snake" in parts:    # the persistent walk, odd rounds reversed (tile_order "snake")
@@ -193,6 +205,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["own_blocks"] = True
     if "earlyq" in parts:   # Q released after the tile's last S (fa3_overlap schedules)
         extra["early_q_release"] = True
+    if "pfq" in parts:      # the walk's producer prefetches its next unit's Q into L2
+        extra["prefetch_next_q"] = True
     if "cl2" in parts and causal:
         raise ValueError("cl2: full masks only")
     if parts[0] == "default":

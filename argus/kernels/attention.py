@@ -145,6 +145,17 @@ class AttentionSchedule:
     # 128: O 64 + S 32 + P 16 in FA3's overlap; `occ2` at head dim 128); not head_dim 256.
     ctas_per_sm: int = 1
     epilogue: str = "direct"  # "direct": st.global from registers; "tma": stmatrix + TMA store
+    # epilogue "tma": columns of O staged in shared memory per round (0: all head_dim at
+    # once), so the TMA-store epilogue fits at head_dim 256, where Q (64 KB) and two K and V
+    # stages of 64 keys (128 KB) leave 35 KB of the 227 KB: a 128 x 256 staging tile (64 KB)
+    # does not, two rounds of 128 columns (32 KB) do (GemmSchedule.store_cols' rounds:
+    # warp_specialized.Staging; the second round's stmatrix waits for the first round's bulk
+    # stores to have read their slots). Why: the direct epilogue is 64 four-byte STG a
+    # thread at head_dim 256, 512 warp stores a CTA each writing 16 bytes to 8 rows (8 L2
+    # sectors half used), issued by the consumers before the next tile's first S; stmatrix
+    # puts the same 64 KB in shared memory in 16 STSM.x4 a thread, and the TMA unit writes
+    # it out in whole lines while the next tile runs (docs/perf/attention.md, h290)
+    store_cols: int = 0
     # Ping-pong (FA3): consumer warpgroups take turns issuing S = Q K^T (ag.ordered: named
     # barriers), so one's softmax overlaps the other's GEMMs. Q then lives in registers (a
     # turn is never awaited while a ring slot is held, and Q's step would hold one).
@@ -211,6 +222,17 @@ class AttentionSchedule:
     # lie past S). Not with tile_order "lpt" (heads fastest in the grid) nor FP8 (V^T's
     # boxes are column atoms)
     cluster_m: int = 1
+    # The persistent walk only: at the start of each unit the producer prefetches the Q tile
+    # of its next unit (unit + programs, through tile_of: the snake's reversal included) into
+    # L2 (ag.tma.prefetch, cp.async.bulk.prefetch.tensor: no shared memory, no barrier). Q is
+    # the one operand read once: K and V of a head are read by its m tiles, which adjacent
+    # CTAs take in the same round, so most of their loads hit L2, while each tile's Q comes
+    # from HBM when the producer loads it, after the previous tile's last S (early Q
+    # release) or last P V. That load (32 KB at head_dim 128, 64 KB at 256: HBM latency plus
+    # the transfer, some 1.5-2.5k cycles) is what the consumers wait for at a tile boundary
+    # once the epilogue no longer covers it (the TMA store: stmatrix and ~1k cycles of the
+    # last P V; docs/perf/attention.md, h290). A hint: the results do not depend on it
+    prefetch_next_q: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -232,6 +254,10 @@ class AttentionSchedule:
             problems.append(f"stages={self.stages} is outside 2..8")
         if self.epilogue not in ("direct", "tma"):
             problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
+        if self.store_cols and (self.epilogue != "tma" or self.store_cols % 64):
+            problems.append(f"store_cols={self.store_cols}: columns of O staged per round of "
+                            f"the TMA-store epilogue: a multiple of 64 with epilogue='tma' "
+                            f"(0: all of them)")
         for name in ("producer_regs", "consumer_regs"):
             regs = getattr(self, name)
             if regs % 8 or not 24 <= regs <= 256:
@@ -268,6 +294,13 @@ class AttentionSchedule:
         if self.ordered and self.own_blocks:
             problems.append("own_blocks=True is not combined with ping-pong (ordered): the "
                             "warpgroups take turns each step, so each takes every step")
+        if self.prefetch_next_q and not self.persistent:
+            problems.append("prefetch_next_q=True prefetches the Q tile of the persistent "
+                            "walk's next unit: it needs persistent=True (a CTA of the grid "
+                            "does not know which tile comes after it)")
+        if self.prefetch_next_q and self.ordered:
+            problems.append("prefetch_next_q=True prefetches in the box of Q's shared-memory "
+                            "stage; ping-pong (ordered) loads Q into registers and has none")
         if self.early_q_release and not self.fa3_overlap:
             problems.append("early_q_release=True releases Q after the last S of FA3's "
                             "overlap order (the last P V is peeled after it): it needs "
@@ -311,6 +344,9 @@ class AttentionSchedule:
             # grid form builds clean
             problems.append("cluster_m=2 with the persistent walk spills at head_dim=256: "
                             "use the grid (persistent=False)")
+        if self.store_cols and head_dim % self.store_cols:
+            problems.append(f"store_cols={self.store_cols} does not divide head_dim={head_dim} "
+                            f"into equal rounds of the O staging tile")
         need = smem_bytes(self, head_dim, dtype)
         share = smem_per_sm_share(self.ctas_per_sm)
         if need > share:
@@ -378,7 +414,8 @@ def smem_bytes(s: AttentionSchedule, head_dim: int, dtype: DType = ag.bf16) -> i
     q = 0 if s.ordered else s.block_m * head_dim * eb
     kv = 2 * s.stages * s.block_n * head_dim * eb
     out_bytes = 2 if dtype.bits == 8 else eb   # FP8 writes bf16
-    staging = s.block_m * head_dim * out_bytes if s.epilogue == "tma" else 0
+    staged = min(s.store_cols or head_dim, head_dim)   # O's columns staged per round
+    staging = s.block_m * staged * out_bytes if s.epilogue == "tma" else 0
     return q + kv + staging + 1024
 
 
@@ -712,7 +749,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
         k_pipe = ag.pipeline(s.stages, consumers=C)
         v_pipe = ag.pipeline(s.stages, consumers=C)
         if s.epilogue == "tma":
-            staging = Staging.alloc(C, ROWS, D, out_dt)
+            staging = Staging.alloc(C, ROWS, D, out_dt, store_cols=s.store_cols)
 
         def tile_of(unit):
             """(batch, head, m tile) of a flat unit: m fastest (tiles of one head share its K
@@ -779,6 +816,18 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                 ag.tma.load(sV[st].rows_of(a * BN, BN), V,
                                             (b, hk, j * BN, 64 * a))
 
+                def prefetch_next_q():
+                    """The next unit's Q tile into L2, issued as this unit's loads start (the
+                    last round has no next unit)"""
+                    if not s.prefetch_next_q:
+                        return
+                    nxt = unit + programs
+                    with ag.when(nxt < total):
+                        nb, nh, nm = tile_of(nxt)
+                        for a in range(atoms):
+                            ag.tma.prefetch(sQ[0].rows_of(a * BM, BM), Q,
+                                            (nb, nh, nm * BM, acols * a))
+
                 if s.early_q_release:
                     # FA3's producer order: the tile's first K block before its Q, so K_0 is
                     # in flight while Q's stage still waits for the previous tile's last S
@@ -786,12 +835,14 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     load_k(0)
                     load_q()
                     load_v(0)
+                    prefetch_next_q()
                     for j in ag.range(1, _kv_blocks(q0, BM, BN, S, SK, causal, first)):
                         load_k(j)
                         load_v(j)
                 else:
                     if not s.ordered:
                         load_q()
+                    prefetch_next_q()
                     for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal, first)):
                         load_k(j)
                         load_v(j)

@@ -281,7 +281,12 @@ SHORT_LEVERS = [("default+snake+earlyq", 128, True), ("default+snake", 128, True
                 ("default+snake", 64, True), ("default+snake+earlyq", 256, True),
                 ("default+snake", 256, True),
                 ("default+cl2", 128, False), ("default+cl2", 64, False),
-                ("default+grid+cl2", 256, False), ("default+grid+cl2", 128, False)]
+                ("default+grid+cl2", 256, False), ("default+grid+cl2", 128, False),
+                # h290: O through two 128-column TMA-store rounds at head dim 256, the next
+                # unit's Q prefetched into L2 (tests/unit/test_attention_store_rounds.py)
+                ("default+tma128", 256, False), ("default+tma128", 256, True),
+                ("default+tma128+pfq", 256, False), ("default+tma128+pfq", 256, True),
+                ("default+pfq", 128, False), ("default+pfq", 128, True)]
 
 
 @pytest.mark.parametrize("S", [1000, 2100])
