@@ -166,9 +166,17 @@ def test_rules_reuse_the_kernels_refusals():
             assert FAMILY.legal(t, p) == kernel_ok, (D, p)
 
 
-def test_persistent_is_a_warning_not_an_error():
-    d = FAMILY.static_check(task(), point(persistent=True))
-    assert [x.severity for x in d] == ["warning"] and d[0].code == "persistent_unknown"
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_persistent_walk_draws_no_finding(causal):
+    """The persistent walk verifies with zero findings, full and causal, in every tile order
+    and with own_blocks (tests/verify/test_persistent_causal_walk.py,
+    test_persistent_own_blocks.py): the rules draw no finding, not even a warning, there."""
+    t = task(causal=causal)
+    for order in ("head", "lpt", "snake"):
+        for own in (False, True) if causal else (False,):
+            walk = point(persistent=True, tile_order=order, own_blocks=own, fa3_overlap=True)
+            found = FAMILY.static_check(t, walk)
+            assert not found, (order, own, [(d.code, d.severity, d.message) for d in found])
 
 
 # ----------------------------------------------------------------------------- estimate

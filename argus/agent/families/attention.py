@@ -12,7 +12,9 @@ argus yet (no attention_decode, no KV splits), so no split axis.
 
 Legality is declared, not written as family rules: AttentionSchedule's ranges and constraints
 (families/declared.py: the fields' legal values, the overlap order the verifier cannot prove yet,
-the persistent walk whose unit decode leaves obligations unknown, a warning) and the adapter's
+"snake" only with the persistent walk; the walk itself, causal or not, with own_blocks, "lpt" or
+"snake", verifies with zero findings: tests/verify/test_persistent_causal_walk.py,
+test_persistent_own_blocks.py) and the adapter's
 `AttentionPrecision` (the head dims the kernel takes, a smaller one zero-padded to the next; the
 Q K^T split; the operand type per task dtype), read by the generic ScheduleFamily; then the
 class's own refusals (`AttentionSchedule._problems`, code schedule_fields) and the kernel's
