@@ -141,8 +141,8 @@ class TaskSpec:
             f["fp8_unit_grid_max_rows"] = moe_ops.FP8_UNIT_GRID_MAX_ROWS
             # the card class the rule is read at (moe_fp8_task's option) and whether its
             # rule runs one CTA a unit up to fp8_unit_grid_max_rows (the H100 class only)
-            # (families/moe_fp8.py task_card reads the same; importing it here would circle)
-            f["card"] = card = self.opts.get("card") or moe_ops.default_card()
+            # (argus.ops.moe.card_or_default, which families/moe_fp8.py task_card calls too)
+            f["card"] = card = moe_ops.card_or_default(self.opts.get("card"))
             f["fp8_unit_grid"] = int(moe_ops.fp8_unit_grid_pays(card))
         return f
 

@@ -336,6 +336,13 @@ def default_card() -> str:
     return CARD_H100
 
 
+def card_or_default(card: str | None) -> str:
+    """The card class a rule is read at: `card` as named, or default_card()'s when None
+    (fp8_schedule_for's card=None; an agent task's `card` option, absent in a task written
+    before the option). The one place both the op and the agent resolve an unnamed card."""
+    return default_card() if card is None else card
+
+
 def fp8_unit_grid_pays(card: str) -> bool:
     """Whether the card's rule runs one CTA a unit from FP8_BIG_TILE_ROWS up to
     FP8_UNIT_GRID_MAX_ROWS rows an expert: measured faster on the H100 class only."""
@@ -361,7 +368,7 @@ def fp8_schedule_for(tokens: int, top_k: int, num_experts: int,
     4096 against the walk's 167 / 478, 800-880 at T = 16384; on an H200 the same day: 238 /
     590 with the fused walk against the unit grid's 230 / 555, 803 at 16384. No swap-AB decode
     form yet: decode sizes take FP8_SMALL."""
-    card = default_card() if card is None else card
+    card = card_or_default(card)
     grid = fp8_unit_grid_pays(card)      # (checks the card first: a bad one at any size)
     rows = fp8_rows_per_expert(tokens, top_k, num_experts)
     if rows < FP8_BIG_TILE_ROWS:

@@ -523,6 +523,25 @@ def test_the_task_names_its_card():
     assert FAMILY.default_params(old) == params_of(M.fp8_schedule_for(2048, 8, 256))
 
 
+@pytest.mark.parametrize("device_card", [CARD_H100, CARD_H200])
+def test_an_unnamed_card_is_argus_ops_moe_s(monkeypatch, device_card):
+    """A task without the `card` option (written before it) is read at argus.ops.moe's
+    card_or_default, by the family (task_card, facts, start) and by TaskSpec.features alike:
+    both follow the current device's class (default_card, faked here, since a CPU host only
+    ever answers the H100 class), and a named card wins over it."""
+    monkeypatch.setattr(M, "default_card", lambda: device_card)
+    assert M.card_or_default(None) == device_card
+    other = CARD_H200 if device_card == CARD_H100 else CARD_H100
+    assert M.card_or_default(other) == other
+    named = moe_fp8_task(2048, 7168, 2048, 256, 8, card=other)
+    old = dataclasses.replace(named, options=())
+    assert task_card(old) == old.features()["card"] == FAMILY.facts(old)["card"] == device_card
+    assert old.features()["fp8_unit_grid"] == int(device_card == CARD_H100)
+    assert FAMILY.default_params(old) == params_of(M.fp8_schedule_for(2048, 8, 256,
+                                                                      device_card))
+    assert task_card(named) == named.features()["card"] == other
+
+
 @pytest.mark.parametrize("T", [1024, 2048, 4096])
 def test_the_h200_start_is_the_rule_and_its_estimates_best(T):
     """On the H200 class the start is the rule's walk with quantize_out (measured there: 238 /

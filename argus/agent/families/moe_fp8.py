@@ -163,8 +163,9 @@ def _moe_ops():
 
 def task_card(task: TaskSpec) -> str:
     """The card class a task's rule is read at: its `card` option (moe_fp8_task records one),
-    else argus.ops.moe.default_card's (a task written before the option)."""
-    return task.opts.get("card") or _moe_ops().default_card()
+    else argus.ops.moe.default_card's (a task written before the option): card_or_default,
+    as TaskSpec.features reads it."""
+    return _moe_ops().card_or_default(task.opts.get("card"))
 
 
 def _rule(d: dict[str, int], card: str) -> dict[str, Any]:
@@ -708,7 +709,7 @@ def moe_fp8_task(T: int, H: int, I: int, E: int, top_k: int, name: str = "moe_fp
     the current CUDA device's class, else the H100 class), recorded as the task's `card` option
     so that the task names the rule it starts from wherever it is read."""
     moe_ops = _moe_ops()
-    card = moe_ops.default_card() if card is None else card
+    card = moe_ops.card_or_default(card)
     moe_ops.fp8_unit_grid_pays(card)                  # refuses a card it has no rule for
     return TaskSpec(family="moe_fp8", name=name, origin="argus", path="argus.ops.moe",
                     shape=(("E", E), ("H", H), ("I", I), ("T", T), ("top_k", top_k)),
