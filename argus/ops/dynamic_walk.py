@@ -5,15 +5,15 @@ Job: give every launch a Work word [1] int32 that no launch running at the same 
 (docs/design/dynamic_scheduler.md): one per (device, stream), zero when made, and zero again
 after every complete launch (the producers' atom.inc draws wrap at the unit count); a CUDA
 graph being captured gets a word of its own (zeroed by a memset node of the graph), as the
-fused tail's counters do (split_k.TailSplitMatmul._counters_for). A replay on another stream
-is moved onto that stream's word.
+fused tail's counters do (both: split_k.zeroed_per_stream). A replay on another stream is
+moved onto that stream's word.
 
 Invariant: a launch reads its word at zero and leaves it at zero, so replays need no reset.
 """
 
 from __future__ import annotations
 
-from argus.ops.split_k import _capturing, _stream_key, per_stream
+from argus.ops.split_k import per_stream, zeroed_per_stream
 
 
 class DynamicMatmul:
@@ -38,15 +38,7 @@ class DynamicMatmul:
 
     def _word_for(self, device):
         """The work word for launches on `device`'s current stream (a captured graph: its own)."""
-        import torch
-
-        if _capturing(device):
-            return torch.zeros(1, dtype=torch.int32, device=device)
-        key = _stream_key(device)
-        word = self._words.get(key)
-        if word is None:
-            word = self._words[key] = torch.zeros(1, dtype=torch.int32, device=device)
-        return word
+        return zeroed_per_stream(self._words, device, (1,))
 
 
 # the module's words for launches outside DynamicMatmul (argus.ops.moe's dynamic grouped GEMMs):
@@ -60,12 +52,4 @@ def work_word(device):
     one stream's order share it; a CUDA graph being captured gets a fresh zeroed one (its
     own, made by a memset node of the graph: the graph's replays find it at zero again).
     Off CUDA (the interpreter) one word per device."""
-    import torch
-
-    if _capturing(device):
-        return torch.zeros(1, dtype=torch.int32, device=device)
-    key = _stream_key(device)
-    word = _WORDS.get(key)
-    if word is None:
-        word = _WORDS[key] = torch.zeros(1, dtype=torch.int32, device=device)
-    return word
+    return zeroed_per_stream(_WORDS, device, (1,))

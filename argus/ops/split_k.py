@@ -223,29 +223,36 @@ class TailSplitMatmul:
         """The fused finish's arrival counters for launches on `device`'s current stream:
         zeros when first made, and zero again after every complete launch (each counter
         resets itself after `splits` arrivals). One set per stream, so launches of this
-        matmul on two streams at once never share a counter (their arrivals would mix)."""
-        import torch
+        matmul on two streams at once never share a counter (their arrivals would mix); a
+        captured graph gets its own (zeroed_per_stream)."""
+        return zeroed_per_stream(self._counters, device, (self.tiles, self.schedule.consumers))
 
-        if _capturing(device):
-            # a CUDA graph gets counters of its own, zeroed by a memset node of the graph (and
-            # freed with its other intermediates): graphs captured on one stream (torch.cuda.
-            # graph's shared default capture stream) and replayed at once on two streams would
-            # otherwise draw tickets from one counter
-            return torch.zeros(self.tiles, self.schedule.consumers, dtype=torch.int32,
-                               device=device)
-        key = _stream_key(device)
-        count = self._counters.get(key)
-        if count is None:
-            count = torch.zeros(self.tiles, self.schedule.consumers, dtype=torch.int32,
-                                device=device)
-            self._counters[key] = count
-        return count
+
+def zeroed_per_stream(kept: dict, device, shape: tuple[int, ...]):
+    """An int32 tensor of `shape` for launches on `device`'s current stream, zero when made:
+    `kept`'s for that stream (`_stream_key`), made on first use and kept there. The launches
+    that draw from it (the fused tail finish's arrival counters, the dynamic walk's work
+    word) leave it zero again when complete, so launches in one stream's order share it and
+    replays need no reset; one a stream, so launches at once on two streams never share one.
+    A CUDA graph being captured gets fresh zeros of its own, never kept: made by a memset
+    node of the graph (and freed with its other intermediates), so its replays find them at
+    zero again; graphs captured on one stream (torch.cuda.graph's shared default capture
+    stream) and replayed at once on two streams would otherwise draw from one buffer."""
+    import torch
+
+    if _capturing(device):
+        return torch.zeros(shape, dtype=torch.int32, device=device)
+    key = _stream_key(device)
+    buffer = kept.get(key)
+    if buffer is None:
+        buffer = kept[key] = torch.zeros(shape, dtype=torch.int32, device=device)
+    return buffer
 
 
 def _stream_key(device) -> tuple:
     """(device index, torch's current raw stream on it; 0 off CUDA): whose per-stream state a
-    launch now uses, the fused tail finish's counters (`TailSplitMatmul._counters_for`) or the
-    dynamic walk's work word (argus.ops.dynamic_walk); `per_stream` moves replays by it."""
+    launch now uses (`zeroed_per_stream`: the fused tail finish's counters, the dynamic walk's
+    work word); `per_stream` moves replays by it."""
     import torch
 
     if device.type != "cuda":

@@ -40,7 +40,7 @@ def assert_replays_take_their_streams(monkeypatch, problem, schedule, a, b, kept
     prepared. `kept(run)`: the op's kept per-stream state, by stream key. (Launch plans
     stubbed: what each replay launches with is recorded; streams "s1" and "s2" stubbed.)"""
     import argus.compiler
-    from argus.ops import dynamic_walk, split_k
+    from argus.ops import split_k
     from argus.ops.matmul import compiled_for
 
     launched = []
@@ -73,8 +73,7 @@ def assert_replays_take_their_streams(monkeypatch, problem, schedule, a, b, kept
         return device.index, stream[0]
 
     monkeypatch.setattr(argus.compiler, "compile_kernel", Stubbed)
-    monkeypatch.setattr(split_k, "_stream_key", key)
-    monkeypatch.setattr(dynamic_walk, "_stream_key", key)
+    monkeypatch.setattr(split_k, "_stream_key", key)   # per_stream's and zeroed_per_stream's
     run = compiled_for(problem, schedule)
     replay1 = run(a, b, torch.empty(problem.m, problem.n, dtype=torch.bfloat16))
     replay2 = run(a, b, torch.empty(problem.m, problem.n, dtype=torch.bfloat16))

@@ -383,6 +383,30 @@ def test_a_replay_on_another_stream_takes_that_streams_word(monkeypatch):
     assert_replays_take_their_streams(monkeypatch, problem, s, a, b, lambda run: run._words)
 
 
+def test_a_captured_graph_gets_a_word_of_its_own(monkeypatch):
+    """Under CUDA graph capture the dynamic walk's work word, DynamicMatmul's and the module's
+    (work_word, argus.ops.moe's), is fresh zeros each call (a memset node of the graph), never
+    the stream's kept word, which capture leaves alone; as the fused tail's counters
+    (tests/unit/test_tail_fused.py). (Capture stubbed: CPU tensors.)"""
+    from argus.ops import dynamic_walk, split_k
+
+    run = dynamic_walk.DynamicMatmul.__new__(dynamic_walk.DynamicMatmul)
+    run._words = {}
+    device = torch.device("cpu")
+    for word_for, kept in ((run._word_for, run._words),
+                           (dynamic_walk.work_word, dynamic_walk._WORDS)):
+        word = word_for(device)
+        assert word_for(device) is word and word.tolist() == [0]
+        before = {key: w.data_ptr() for key, w in kept.items()}
+        monkeypatch.setattr(split_k, "_capturing", lambda device: True)
+        first, second = word_for(device), word_for(device)
+        monkeypatch.undo()
+        assert len({word.data_ptr(), first.data_ptr(), second.data_ptr()}) == 3
+        assert first.tolist() == second.tolist() == [0] and first.dtype == torch.int32
+        assert {key: w.data_ptr() for key, w in kept.items()} == before
+        assert word_for(device) is word
+
+
 def test_the_default_rule_never_picks_the_dynamic_walk():
     from argus.ops.schedules import Problem, choose
 
