@@ -242,16 +242,15 @@ class ExperienceStore:
 
     def _publish(self, signature: str, card_class: str) -> None:
         """Hand argus.ops what `best_schedule(signature, card_class=...)` answers for the class
-        that just measured: the measured best when it is a schedule (no edited source), else
-        no entry. (ops keeps one agent entry per problem, not one per class: the class that
-        measured last is the one it holds.)"""
+        that just measured, under that class (ops keeps one agent entry per problem and card
+        class): the measured best when it is a schedule (no edited source), else no entry."""
         from argus.ops.schedules import record_agent_choice  # ops loads the kernel library
 
         row = self._best_row(signature, card_class, "measured", "params, source, time_ms")
         schedule_only = row is not None and not row["source"]
         try:
             record_agent_choice(signature, json.loads(row["params"]) if schedule_only else None,
-                                row["time_ms"] if schedule_only else None)
+                                row["time_ms"] if schedule_only else None, card=card_class)
         except OSError as e:  # the store keeps the result; only the shortcut for ops is lost
             warnings.warn(f"agent store: could not publish the best schedule of {signature} to "
                           f"the argus.ops tuning cache ({e}); fix: make ARGUS_CACHE_DIR "

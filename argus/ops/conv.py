@@ -1665,6 +1665,7 @@ def pointwise_gemm(A, Bt, out2):
     that schedule is one the tf32 kernel does not run. The runner is the compiled kernel on
     CUDA and meta tensors, (kernel, its schedule) for the interpreter on CPU."""
     from argus.ops.matmul import compiled_for, device_name, problem_of
+    from argus.ops.moe import card_of
     from argus.ops.schedules import choose, heuristic, kernel_for, untuned
 
     tf32 = str(A.dtype) == "torch.float32"
@@ -1673,7 +1674,8 @@ def pointwise_gemm(A, Bt, out2):
     key = (problem, A.device.type, A.device.index)
     memo = _POINTWISE.get(key)
     if memo is None:
-        chosen = choose(problem, device_name(A.device) if A.is_cuda else None)
+        chosen = choose(problem, device_name(A.device), card_of(A.device)) if A.is_cuda \
+            else choose(problem, None)
         if chosen.split_k > 1 or chosen.tail_splits > 1 or (tf32 and chosen.bk != 32):
             chosen = heuristic(problem)
         elif not tf32 and problem.tma_store_ok and problem.m >= POINTWISE_TILE_MIN_M \

@@ -25,6 +25,7 @@ from argus.errors import LaunchError
 from argus.kernels.gemm import GemmSchedule
 from argus.ops import split_k
 from argus.ops.dynamic_walk import DynamicMatmul
+from argus.ops.moe import card_of
 from argus.ops.weight_cache import DerivedCache
 from argus.ops.schedules import Problem, choose, kernel_for
 
@@ -236,7 +237,7 @@ def _matmul(a, b, out, schedule: GemmSchedule | None, key, precision=None):
     memo_key = (problem, a.device.index, schedule)
     compiled = _CHOSEN.get(memo_key)
     if compiled is None:
-        chosen = schedule or choose(problem, device_name(a.device))
+        chosen = schedule or choose(problem, device_name(a.device), card_of(a.device))
         if precision == "tf32" and (chosen.split_k > 1 or chosen.tail_splits > 1 or
                                     chosen.bk != 32):
             raise LaunchError("argus.ops.matmul(precision='tf32'): the tf32 kernel runs whole "

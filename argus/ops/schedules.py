@@ -5,9 +5,11 @@ card, and again only when a new Argus offers other candidates for it.
 
 The cache is one JSON file per GPU name under $ARGUS_CACHE_DIR/matmul (default
 ~/.cache/argus/matmul); entries are keyed by the problem signature. The agent publishes its
-measured winners through `record_agent_choice` into one more file, for every card (its store
-does not say which card measured them); ops never reads the agent's store, since ops sits
-below the agent (ARCHITECTURE.md §2).
+measured winners through `record_agent_choice` into one more file per card class (argus.ops.moe
+card_class: H100 / H200), the class of the card that measured them, and `choose` reads the
+running card's class only, so a schedule measured best on one class never runs on the other.
+Its older classless file (`any`) is kept and read as the H100 class's (AGENT_LEGACY_CARD says
+why). ops never reads the agent's store, since ops sits below the agent (ARCHITECTURE.md §2).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from argus import dtypes
 from argus.kernels.gemm import GemmSchedule, gemm_kernel
 from argus.ops import gemm_model, split_k, tuning_cache
+from argus.ops.moe import CARD_H100, CARDS, card_class
 from argus.target.limits import SMEM_PER_CTA_OPTIN
 
 
@@ -307,9 +310,11 @@ def untuned(p: Problem) -> GemmSchedule:
     return gemm_model.pick(p, candidates(p))
 
 
-def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
-    """The tuned choice for `problem` on `gpu` when one was recorded from today's candidates,
-    else the agent's best known schedule, else the untuned model's choice."""
+def choose(problem: Problem, gpu: str | None, card: str | None = None) -> GemmSchedule:
+    """The tuned choice for `problem` on `gpu` (the device's name) when one was recorded from
+    today's candidates, else the agent's best known schedule for the device's card class
+    `card` (argus.ops.moe card_of; None: the class the name gives, card_class's rule without
+    the memory), else the untuned model's choice."""
     if gpu is not None:
         entry = load_cache(gpu).get(problem.key)
         fresh = entry is not None and \
@@ -319,27 +324,59 @@ def choose(problem: Problem, gpu: str | None) -> GemmSchedule:
                 return GemmSchedule(**entry["schedule"])
             except (TypeError, ValueError):
                 pass  # written by another version of GemmSchedule: ignore it
-        found = load_agent_choices().get(problem.key)
+        found = agent_choice(problem.key, card or card_class(gpu, 0))
         if found:
             try:
-                return GemmSchedule(**found["schedule"])
-            except (KeyError, TypeError, ValueError):
+                return GemmSchedule(**found)
+            except (TypeError, ValueError):
                 pass  # written by another version of GemmSchedule: ignore it
     return untuned(problem)
 
 
-# The agent's choices: tuning-cache kind and "GPU" name of the one file that holds them
-AGENT_KIND, AGENT_GPU = "matmul_agent", "any"
+# The agent's choices: the tuning-cache kind that holds them, one "GPU" file per card class.
+# AGENT_LEGACY_GPU is the file every choice went to before they were kept per class (nothing
+# says which card measured those); it is read as AGENT_LEGACY_CARD's, the H100 class, the rule
+# the agent's experience store applies to its own unrecorded rows (argus/agent/store.py): the
+# class argus.ops.moe gives an unknown card and a host without CUDA, where most of the agent's
+# runs planned. It is never written again nor deleted: a class-file entry (a withdrawal too)
+# overrides it, key by key.
+AGENT_KIND, AGENT_LEGACY_GPU, AGENT_LEGACY_CARD = "matmul_agent", "any", CARD_H100
+_WITHDRAWN = {"schedule": None, "ms": None}   # a class file's "no agent schedule" over the legacy
 
 
-def load_agent_choices() -> dict:
-    return tuning_cache.load(AGENT_KIND, AGENT_GPU)
+def _agent_card(card: str) -> str:
+    if card not in CARDS:
+        raise ValueError(f"argus.ops.schedules: card class {card!r} is not one of {CARDS}; "
+                         f"fix: pass argus.ops.moe.card_of(device) (CARD_H100 / CARD_H200)")
+    return card
 
 
-def record_agent_choice(key: str, params: dict | None, ms: float | None = None) -> None:
+def load_agent_choices(card: str) -> dict:
+    """Every agent entry card class `card` sees, by problem key: its own file's over, for the
+    legacy class, the legacy file's (withdrawals included: their "schedule" is None)."""
+    own = tuning_cache.load(AGENT_KIND, _agent_card(card))
+    if card != AGENT_LEGACY_CARD:
+        return own
+    return {**tuning_cache.load(AGENT_KIND, AGENT_LEGACY_GPU), **own}
+
+
+def agent_choice(key: str, card: str) -> dict | None:
+    """The GemmSchedule fields the agent measured fastest for problem `key` on card class
+    `card`, or None."""
+    entry = load_agent_choices(card).get(key)
+    return entry.get("schedule") if isinstance(entry, dict) else None
+
+
+def record_agent_choice(key: str, params: dict | None, ms: float | None = None, *,
+                        card: str) -> None:
     """The agent's way into the matmul tuning cache: `params` (GemmSchedule fields) is the
-    fastest correct schedule it measured for the problem whose `Problem.key` is `key` (a GEMM
-    task's signature is that key), or None to withdraw its entry. `choose` prefers a fresh
-    `tune_matmul` entry for the card, then this, then the heuristic."""
-    entry = None if params is None else {"schedule": dict(params), "ms": ms}
-    tuning_cache.write(AGENT_KIND, AGENT_GPU, key, entry)
+    fastest correct schedule it measured on card class `card` (argus.ops.moe CARD_H100 /
+    CARD_H200: the measuring device's) for the problem whose `Problem.key` is `key` (a GEMM
+    task's signature is that key), or None to withdraw the class's entry. `choose` prefers a
+    fresh `tune_matmul` entry for the card, then this class's, then the heuristic."""
+    if params is not None:
+        tuning_cache.write(AGENT_KIND, _agent_card(card), key, {"schedule": dict(params), "ms": ms})
+    elif card == AGENT_LEGACY_CARD and key in tuning_cache.load(AGENT_KIND, AGENT_LEGACY_GPU):
+        tuning_cache.write(AGENT_KIND, card, key, dict(_WITHDRAWN))  # hides the legacy entry
+    else:
+        tuning_cache.write(AGENT_KIND, _agent_card(card), key, None)

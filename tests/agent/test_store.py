@@ -72,19 +72,47 @@ def test_best_schedule_is_the_ops_tuning_cache(tmp_path, monkeypatch):
     assert best_schedule(TASK.signature(), card_class=H100,
                          path=tmp_path / "broken.sqlite") is None
     # argus.ops asks with its own problem key, which is the GEMM task's signature; the default
-    # store publishes its measured winner there (ops never reads the agent's store), a store
-    # elsewhere does not
+    # store publishes its measured winner there under the measuring class (ops never reads the
+    # agent's store), a store elsewhere does not
     from argus.ops.schedules import Problem, choose
 
     monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
     problem = Problem(512, 1024, 256, 1, "bf16", "bf16", "nk", True)
     assert problem.key == TASK.signature()
-    assert choose(problem, "NVIDIA H200") != GemmSchedule(**tuned)   # scratch db: nothing
+    assert choose(problem, "NVIDIA H100 80GB HBM3") != GemmSchedule(**tuned)  # scratch db
     monkeypatch.setenv("ARGUS_AGENT_DB", str(tmp_path / "default.sqlite"))
     with ExperienceStore() as store:
         store.start_run("r", TASK, {}, "", H100)
         store.record_step("r", TASK, _step(0, tuned, ms=0.01), H100)
-    assert choose(problem, "NVIDIA H200") == GemmSchedule(**tuned)
+    assert choose(problem, "NVIDIA H100 80GB HBM3") == GemmSchedule(**tuned)
+    assert choose(problem, "NVIDIA H200") != GemmSchedule(**tuned)    # measured on an H100
+
+
+def test_each_card_class_publishes_its_own_choice_to_ops(tmp_path, monkeypatch):
+    """The default store hands ops each class's measured best under that class: an H200 run
+    does not change what ops runs on an H100, nor an H100 run what it runs on an H200."""
+    from argus.ops.schedules import Problem, choose
+
+    monkeypatch.setenv("ARGUS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ARGUS_AGENT_DB", str(tmp_path / "default.sqlite"))
+    problem = Problem(512, 1024, 256, 1, "bf16", "bf16", "nk", True)
+    on_h100 = GemmSchedule(bm=64, bn=128, consumers=1, stages=6)
+    on_h200 = GemmSchedule(bm=128, bn=256, stages=3)
+    assert len({on_h100, on_h200, choose(problem, "NVIDIA H100")}) == 3
+    with ExperienceStore() as store:
+        store.start_run("a", TASK, {}, "", H100)
+        store.record_step("a", TASK, _step(0, dataclasses.asdict(on_h100), ms=0.02), H100)
+        store.start_run("b", TASK, {}, "", H200)
+        # faster than the H100's time, and recorded last: once, this replaced the H100's entry
+        store.record_step("b", TASK, _step(0, dataclasses.asdict(on_h200), ms=0.01), H200)
+    assert choose(problem, "NVIDIA H100 80GB HBM3") == on_h100
+    assert choose(problem, "NVIDIA H200") == on_h200
+    later = GemmSchedule(bm=128, bn=128, stages=4)
+    assert later not in (on_h100, on_h200)
+    with ExperienceStore() as store:     # a faster H100 time later leaves the H200's alone
+        store.record_step("a", TASK, _step(1, dataclasses.asdict(later), ms=0.005), H100)
+    assert choose(problem, "NVIDIA H100 80GB HBM3") == later
+    assert choose(problem, "NVIDIA H200") == on_h200
 
 
 def test_estimates_are_not_evidence_for_ops(tmp_path):
