@@ -13,10 +13,11 @@ R (never bit-vector division: S = 3 takes seconds there, §3.6):
                   units, are paired with the producer's iteration by iteration: _Pair); in
                   a role whose warpgroups take turns without pipe.skip (_turns: fewer
                   empty-barrier arrivals than warpgroups, consume steps under a condition
-                  on the warpgroup) each warpgroup's counter too (_turn_obligations);
+                  on the warpgroup) each warpgroup's counter too (_turn_obligations; its
+                  sums paired by the same rule);
   pipe.arrivals   empty-barrier init count = consumer warpgroups that arrive per step (for
                   turns without pipe.skip: the warpgroups consume count x the producer's
-                  steps together);
+                  steps together, sums paired iteration by iteration, _Pair with times);
   pipe.slot       every site uses the ring slot n % S of its counter n (so a step's TMA lands
                   where the consumer of the same step reads; counters continue across loops,
                   which a per-tile reset breaks unless Kt % S == 0);
@@ -383,56 +384,80 @@ UNROLL_SUMS = 64   # a step sum over at most this many iterations is written out
 
 @dataclass(frozen=True)
 class _Pair:
-    """Two step sums of different forms, a = Σ_{lo <= t < hi} p(t) (the producer's) and
-    b = Σ_{lo' <= t < hi'} c(t) (a consumer's), paired iteration by iteration: equal when
-    lo == lo', hi == hi' and p(t) == c(t) at every t of [lo, hi) (`claims`). The sums are
-    uninterpreted applications (Model.steps_over), so a claim about the totals holds only
-    given a == b (`given`): stated as an implication inside the claim, never as a premise,
-    so the pairing claims are proven without it. `label` names the pair in the claims
-    ("warpgroup 1: " for one warpgroup's count of a cooperative role)."""
+    """Step sums of different forms paired iteration by iteration: the producer's
+    a = Σ_{lo <= t < hi} p(t) against consumer counts b_1 .. b_n, each
+    b_i = Σ_{lo_i <= t < hi_i} c_i(t), and `times`: equal, b_1 + .. + b_n = times x a, when
+    lo_i == lo, hi_i == hi and c_1(t) + .. + c_n(t) == times x p(t) at every t of [lo, hi)
+    (`claims`; then Σ_i b_i = Σ_t Σ_i c_i(t) = times x a). One consumer count (n = 1,
+    times = 1) is a role's or a cooperative role's warpgroup's; the W warpgroups of a role
+    that takes turns on the steps together, against the c releases per step the empty
+    barrier counts, are n = W, times = c. The sums are uninterpreted applications
+    (Model.steps_over), so a claim about the totals holds only given their equality
+    (`given`): stated as an implication inside the claim, never as a premise, so the pairing
+    claims are proven without it. `label` names the pair in the claims ("warpgroup 1: " for
+    one warpgroup's count)."""
 
     model: Model
     t: z3.ArithRef          # the iteration index the per-iteration claim is about
     a: z3.ExprRef           # the producer's sum
-    b: z3.ExprRef           # the consumer's sum
+    bs: tuple               # the consumers' sums
     label: str = ""
+    times: int = 1
+
+    def _scaled(self, term):
+        return term if self.times == 1 else self.times * term
+
+    def _added(self, terms: list):
+        return terms[0] if len(terms) == 1 else z3.Sum(terms)
 
     def claims(self) -> list:
         lo, hi = self.a.children()[0], self.a.children()[1]
-        return [(self.label + "same iterations",
-                 z3.And(lo == self.b.children()[0], hi == self.b.children()[1])),
+        same = [z3.And(lo == b.children()[0], hi == b.children()[1]) for b in self.bs]
+        return [(self.label + "same iterations", same[0] if len(same) == 1 else z3.And(same)),
                 (self.label + "same steps in every iteration",
                  z3.Implies(z3.And(self.t >= lo, self.t < hi),
-                            _per_iteration(self.model, self.a, self.t) ==
-                            _per_iteration(self.model, self.b, self.t)))]
+                            self._scaled(_per_iteration(self.model, self.a, self.t)) ==
+                            self._added([_per_iteration(self.model, b, self.t)
+                                         for b in self.bs])))]
 
     def given(self, claim):
         """`claim` given the sums equal (which the two claims above prove)."""
-        return z3.Implies(self.a == self.b, claim)
+        return z3.Implies(self._scaled(self.a) == self._added(list(self.bs)), claim)
 
     def violated(self, names) -> bool:
         return any(n in names for n, _ in self.claims())
 
+    def apart(self, names) -> bool:
+        """Whether the violated claims `names` say the sums walk different iterations."""
+        return self.label + "same iterations" in names
+
+    def each(self, zm) -> list:
+        """Each consumer sum's steps at the iteration index, in a model."""
+        return [value(zm, _per_iteration(self.model, b, self.t)) for b in self.bs]
+
     def at(self, zm) -> tuple:
-        """(the iteration index, the producer's steps in it, the consumer's) in a model."""
+        """(the iteration index, the producer's steps in it, the consumers' together) in a
+        model."""
         return (value(zm, self.t), value(zm, _per_iteration(self.model, self.a, self.t)),
-                value(zm, _per_iteration(self.model, self.b, self.t)))
+                sum(self.each(zm)))
 
 
-def _pair_sums(model: Model, tp, tc, label: str = "", t=None):
-    """How the step counts tp (a producer's) and tc (a consumer's) are compared when they
-    hold sums of steps per iteration that depend on the index (Model.steps_over): None when
-    both hold the same sums (equal terms: the solver compares the rest), a _Pair when each
-    holds one sum of its own (a causal persistent walk's unit loop, whose per-unit count is
-    the tile's KV blocks in the producer and, with own_blocks, a warpgroup's blocks plus its
-    unread releases in the consumer), else a reason (several sums: which to pair with which
-    is not read off the terms). `t`: the pair's iteration index (a fresh one if None)."""
-    sp, sc = _sums(model, tp), _sums(model, tc)
-    if {x.get_id() for x in sp} == {x.get_id() for x in sc}:
+def _pair_sums(model: Model, tp, tcs: list, label: str = "", t=None, times: int = 1):
+    """How the step count tp (a producer's) is compared with the counts tcs (consumers':
+    one, or a turn-taking role's warpgroups together against `times` x tp) when they hold
+    sums of steps per iteration that depend on the index (Model.steps_over): None when all
+    hold the same sums (equal terms: the solver compares the rest), a _Pair when each holds
+    one sum (a causal persistent walk's unit loop, whose per-unit count is the tile's KV
+    blocks in the producer and, with own_blocks, a warpgroup's blocks plus its unread
+    releases in the consumer), else a reason (several sums: which to pair with which is not
+    read off the terms). `t`: the pair's iteration index (a fresh one if None)."""
+    sp, scs = _sums(model, tp), [_sums(model, tc) for tc in tcs]
+    if all({x.get_id() for x in sp} == {x.get_id() for x in sc} for sc in scs):
         return None
-    if len(sp) != 1 or len(sc) != 1:
+    if len(sp) != 1 or any(len(sc) != 1 for sc in scs):
         return "several sums"
-    return _Pair(model, t if t is not None else fresh_int("iteration"), sp[0], sc[0], label)
+    return _Pair(model, t if t is not None else fresh_int("iteration"), sp[0],
+                 tuple(sc[0] for sc in scs), label, times)
 
 
 def _unrolled(model: Model, term):
@@ -491,7 +516,7 @@ def _totals(model, pipe, pr, cr, tp, tc, subject, sites):
     skips = [op for op in model.kernel.walk() if isinstance(op, O.PipeSkip)
              and op.pipe.id == pipe.op.result.id]
     premises, claims = list(model.premises), [("producer steps == consumer steps", tp == tc)]
-    pair = _pair_sums(model, tp, tc)
+    pair = _pair_sums(model, tp, [tc])
     if isinstance(pair, str):
         return Finding("pipe.totals", loc, subject + f": {pr} vs {cr}", "unknown",
                        "the step counts are sums over loops whose steps per iteration "
@@ -592,6 +617,12 @@ def _turn_obligations(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc,
                      the others' turns waits on slot n % S of ring step n = its own count,
                      not the step its turn is for (another turn's tile, or a hang).
 
+    Counts that are sums over a loop whose steps per iteration vary (a persistent walk whose
+    units the warpgroups take in turns) are paired with the producer's iteration by
+    iteration, as pipe.totals pairs them (_pair_sums): the warpgroups' sums together against
+    c x the producer's, each warpgroup's against the producer's; a violated pairing names
+    the iteration and its counts.
+
     Without pipe.skip both hold only for W = 1, so every such role is refuted; the findings
     say which of the two is wrong (a turn condition, or the missing skip) and where."""
     wg = model.sym.get(role.index.id)
@@ -602,7 +633,11 @@ def _turn_obligations(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc,
               else _unrolled(model, tc) for w in range(wgs)]
     loc = pipe.op.loc
     what = subject + f": the turns of consumer role {role.name!r} vs {pr}"
-    if any(_sums(model, n) for n in counts) or _sums(model, tp):
+    # one iteration index for every pair, so a counterexample's counts are one iteration's
+    t = fresh_int("iteration") if any(_sums(model, n) for n in counts) else None
+    together = _pair_sums(model, tp, counts, "", t, times=c)
+    each = [_pair_sums(model, tp, [n], f"warpgroup {w}: ", t) for w, n in enumerate(counts)]
+    if any(isinstance(x, str) for x in [together] + each):
         return [Finding("pipe.totals", loc, what, "unknown",
                         "the warpgroups' step counts are sums over loops whose steps per "
                         "iteration depend on the index and the warpgroup, in a form the "
@@ -614,11 +649,27 @@ def _turn_obligations(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc,
              + (f" in the loop(s) at {', '.join(loops)}" if loops else "")
              + (f" under the turn condition(s) at {', '.join(conds)}" if conds else ""))
 
-    def witness(zm, w, per, made):
+    def tally(zm, violated):
+        """(each warpgroup's steps, the producer's, the iteration index or None, whether the
+        sums walk different iterations): the totals, or one iteration's when a pairing claim
+        is violated (the totals are then uninterpreted sums, whose values in a model mean
+        nothing)."""
+        if together is None or not any(x is not None and x.violated(violated)
+                                       for x in [together] + each):
+            return [value(zm, n) for n in counts], value(zm, tp), None, False
+        it, made, _ = together.at(zm)
+        apart = any(x is not None and x.apart(violated) for x in [together] + each)
+        return together.each(zm), made, it, apart
+
+    def witness(zm, w, per, made, it):
+        # an iteration's counts under their own keys (as _per_warpgroup's), never as totals
+        counted = ({"steps_by_warpgroup": dict(enumerate(per)), "producer_steps": made}
+                   if it is None else
+                   {"iteration_index": it, "steps_by_warpgroup_in_iteration": dict(enumerate(per)),
+                    "producer_steps_in_iteration": made})
         wit = {"shapes": W.shapes(model, zm), "role": role.name, "warpgroup": w,
-               "thread": "every thread of the warpgroup",
-               "steps_by_warpgroup": {i: n for i, n in enumerate(per)},
-               "producer_steps": made, "producer_role": pr, "empty_barrier_count": c,
+               "thread": "every thread of the warpgroup", **counted,
+               "producer_role": pr, "empty_barrier_count": c,
                "consume_sites": [str(s.op.loc) for s in mine], "loops": loops,
                "conditions": conds,
                # names.annotate adds what these lines read (a loop bound, a turn condition)
@@ -627,54 +678,84 @@ def _turn_obligations(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc,
             wit["cta"] = tuple(value(zm, model.sym[v.id]) for v in model.grid.ids)
         return wit
 
+    def walked_apart(zm, w, per, made, it):
+        msg = (f"with {W.shapes(model, zm)} the warpgroups of consumer role {role.name!r}, "
+               f"which take turns on the steps ({where}), and the producer role {pr!r} walk "
+               f"different iterations of the loop whose steps per iteration vary: a "
+               f"warpgroup waits for a fill that never comes or reads another iteration's "
+               f"tile (role {role.name!r}, warpgroup {w}, every thread)")
+        return msg, witness(zm, w, per, made, it)
+
     def decode_once(zm, violated):
-        per = [value(zm, n) for n in counts]
-        made = value(zm, tp)
+        per, made, it, apart = tally(zm, violated)
         more = sum(per) > c * made
         # the warpgroup named: the one that consumes most (steps of another's turn) or least
         w = (max if more else min)(range(wgs), key=lambda i: per[i])
-        each = ", ".join(f"warpgroup {i}: {n}" for i, n in enumerate(per))
+        if apart:
+            return walked_apart(zm, w, per, made, it)
+        # in one iteration the warpgroups with steps are those whose turn it is: as many as
+        # the barrier counts, the turn condition is right and their step count is not
+        took = sum(1 for n in per if n)
+        if it is not None and (took <= c if more else took >= c > 0):
+            w = max(range(wgs), key=lambda i: per[i])
+            why = (f"warpgroup {w}, whose turn it is, consumes "
+                   + (f"more steps than the producer fills in the iteration: it reads the "
+                      f"next iteration's tiles, and at the end waits forever for a fill"
+                      if more else
+                      f"fewer steps than the producer fills in the iteration, whose other "
+                      f"slots are never released: the producer waits forever"))
+        elif more:
+            why = (f"the turn condition selects more than {c} warpgroup(s) for some step, "
+                   f"each of which releases its slot, so the slot is refilled while "
+                   f"warpgroup {w} still reads it")
+        else:
+            why = (f"the turn condition selects no warpgroup for some step, whose slot is "
+                   f"never released: the producer waits forever")
+        there = "" if it is None else f" in iteration {it} of its outer loop"
+        each_ = ", ".join(f"warpgroup {i}: {n}" for i, n in enumerate(per))
         msg = (f"with {W.shapes(model, zm)} the {wgs} warpgroups of consumer role "
                f"{role.name!r}, which take turns on the steps ({where}), consume {sum(per)} "
-               f"steps together ({each}) but the producer role {pr!r} produces {made} and the "
-               f"empty barriers count {c} release(s) per step: "
-               + (f"the turn condition selects more than {c} warpgroup(s) for some step, each "
-                  f"of which releases its slot, so the slot is refilled while warpgroup {w} "
-                  f"still reads it" if more else
-                  f"the turn condition selects no warpgroup for some step, whose slot is never "
-                  f"released: the producer waits forever")
-               + f" (role {role.name!r}, warpgroup {w}, every thread)")
-        return msg, witness(zm, w, per, made)
+               f"steps together{there} ({each_}) but the producer role {pr!r} produces {made} "
+               f"and the empty barriers count {c} release(s) per step: {why}"
+               f" (role {role.name!r}, warpgroup {w}, every thread)")
+        return msg, witness(zm, w, per, made, it)
 
     def decode_counter(zm, violated):
-        per = [value(zm, n) for n in counts]
-        made = value(zm, tp)
+        per, made, it, apart = tally(zm, violated)
         w = next((i for i, n in enumerate(per) if n != made), 0)
-        each = ", ".join(f"warpgroup {i}: {n}" for i, n in enumerate(per))
+        if apart:
+            return walked_apart(zm, w, per, made, it)
+        there = "" if it is None else f" in iteration {it} of its outer loop"
+        each_ = ", ".join(f"warpgroup {i}: {n}" for i, n in enumerate(per))
         msg = (f"with {W.shapes(model, zm)} warpgroup {w} of consumer role {role.name!r}, "
                f"whose warpgroups take turns on the steps ({where}; the empty barriers count "
-               f"{c} release(s) per step), counts {per[w]} steps but the producer role {pr!r} "
-               f"produces {made} ({each}): a warpgroup's step counter moves only on its own "
-               f"consume steps and pipe.skip, none of which covers the other warpgroups' "
-               f"turns, so warpgroup {w}'s step n waits on slot n % S for ring step n, not the "
-               f"step its turn is for: it reads another turn's tile"
+               f"{c} release(s) per step), counts {per[w]} steps{there} but the producer role "
+               f"{pr!r} produces {made} ({each_}): a warpgroup's step counter moves only on "
+               f"its own consume steps and pipe.skip, none of which covers the other "
+               f"warpgroups' turns, so warpgroup {w}'s step n waits on slot n % S for ring "
+               f"step n, not the step its turn is for: it reads another turn's tile"
                + (" or waits forever" if per[w] < made else "")
                + f" (role {role.name!r}, warpgroup {w}, every thread)")
-        return msg, witness(zm, w, per, made)
+        return msg, witness(zm, w, per, made, it)
 
+    once_claims = [(f"the warpgroups consume {c} x the producer's steps together",
+                    _given([together] if together is not None else [],
+                           z3.Sum(counts) == c * tp))]
+    counter_claims = [(f"warpgroup {w} counts the producer's steps",
+                       _given([x] if x is not None else [], counts[w] == tp))
+                      for w, x in enumerate(each)]
     once = Obligation("pipe.arrivals", loc, what + ": each step consumed by as many "
                       "warpgroups as the empty barrier counts", list(model.premises),
-                      [(f"the warpgroups consume {c} x the producer's steps together",
-                        z3.Sum(counts) == c * tp)], decode_once,
-                      minimize=list(model.params.values()),
+                      (together.claims() if together is not None else []) + once_claims,
+                      decode_once, minimize=list(model.params.values()),
                       fix=f"a turn condition that selects {c} warpgroup(s) for each step "
                           f"(e.g. ag.when(h % {wgs} == wg) over the units h), or "
                           f"ag.pipeline(..., consumers={wgs}) when every warpgroup consumes "
                           f"every step")
     counter = Obligation("pipe.totals", loc, what + ": every warpgroup's step counter "
                          "follows the ring", list(model.premises),
-                         [(f"warpgroup {w} counts the producer's steps", counts[w] == tp)
-                          for w in range(wgs)], decode_counter,
+                         [cl for x in each if x is not None for cl in x.claims()]
+                         + counter_claims, decode_counter,
                          minimize=list(model.params.values()),
                          fix="skip the other warpgroups' steps in each warpgroup: "
                              "`with ag.when(<not its turn>): ring.skip(<their steps>)` "
@@ -707,7 +788,7 @@ def _per_warpgroup(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc, sub
     # unit): each warpgroup's sum paired with the producer's, iteration by iteration
     # (_pair_sums, as two roles' in _totals), one iteration index for all of them
     t = fresh_int("iteration") if any(_sums(model, c) for c in counts) else None
-    pairs = [_pair_sums(model, tp, c, f"warpgroup {w}: ", t) for w, c in enumerate(counts)]
+    pairs = [_pair_sums(model, tp, [c], f"warpgroup {w}: ", t) for w, c in enumerate(counts)]
     if any(isinstance(x, str) for x in pairs):
         return Finding("pipe.totals", loc, what, "unknown",
                        "the warpgroups' step counts are sums over loops whose steps per "
