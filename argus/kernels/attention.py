@@ -71,7 +71,7 @@ from argus.target.limits import (NUM_SMS, REGISTERS_PER_SM, entry_registers,
 
 __all__ = ["AttentionSchedule", "attention_kernel", "base_schedule", "default_schedule",
            "fa3_overlap_schedule", "fp8_schedule", "HEAD_DIMS", "LOG2E", "P_BIAS",
-           "P_SCALE"]
+           "P_SCALE", "prefetch_next_q_problems", "store_cols_problems"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -254,10 +254,7 @@ class AttentionSchedule:
             problems.append(f"stages={self.stages} is outside 2..8")
         if self.epilogue not in ("direct", "tma"):
             problems.append(f"epilogue={self.epilogue!r} is not 'direct' or 'tma'")
-        if self.store_cols and (self.epilogue != "tma" or self.store_cols % 64):
-            problems.append(f"store_cols={self.store_cols}: columns of O staged per round of "
-                            f"the TMA-store epilogue: a multiple of 64 with epilogue='tma' "
-                            f"(0: all of them)")
+        problems += store_cols_problems(self.store_cols, self.epilogue)
         for name in ("producer_regs", "consumer_regs"):
             regs = getattr(self, name)
             if regs % 8 or not 24 <= regs <= 256:
@@ -294,13 +291,8 @@ class AttentionSchedule:
         if self.ordered and self.own_blocks:
             problems.append("own_blocks=True is not combined with ping-pong (ordered): the "
                             "warpgroups take turns each step, so each takes every step")
-        if self.prefetch_next_q and not self.persistent:
-            problems.append("prefetch_next_q=True prefetches the Q tile of the persistent "
-                            "walk's next unit: it needs persistent=True (a CTA of the grid "
-                            "does not know which tile comes after it)")
-        if self.prefetch_next_q and self.ordered:
-            problems.append("prefetch_next_q=True prefetches in the box of Q's shared-memory "
-                            "stage; ping-pong (ordered) loads Q into registers and has none")
+        problems += prefetch_next_q_problems(self.prefetch_next_q, self.persistent,
+                                             self.ordered)
         if self.early_q_release and not self.fa3_overlap:
             problems.append("early_q_release=True releases Q after the last S of FA3's "
                             "overlap order (the last P V is peeled after it): it needs "
@@ -406,6 +398,31 @@ class AttentionSchedule:
                             "kernel does not gather into the 8-bit A fragment: use the plain "
                             "loop or fa3_overlap")
         return problems
+
+
+def store_cols_problems(store_cols: int, epilogue: str) -> list[str]:
+    """AttentionSchedule.store_cols' rules at any head dim (problems_for adds the head dim's):
+    a function of the two fields, so the agent's declared space (agent/families/declared.py)
+    refuses a point in the schedule's own words without building it."""
+    if store_cols and (epilogue != "tma" or store_cols % 64):
+        return [f"store_cols={store_cols}: columns of O staged per round of the TMA-store "
+                f"epilogue: a multiple of 64 with epilogue='tma' (0: all of them)"]
+    return []
+
+
+def prefetch_next_q_problems(prefetch_next_q: bool, persistent: bool, ordered: bool
+                             ) -> list[str]:
+    """AttentionSchedule.prefetch_next_q's rules (a function of the fields it reads, as
+    store_cols_problems, for the agent's declared space)."""
+    problems = []
+    if prefetch_next_q and not persistent:
+        problems.append("prefetch_next_q=True prefetches the Q tile of the persistent "
+                        "walk's next unit: it needs persistent=True (a CTA of the grid "
+                        "does not know which tile comes after it)")
+    if prefetch_next_q and ordered:
+        problems.append("prefetch_next_q=True prefetches in the box of Q's shared-memory "
+                        "stage; ping-pong (ordered) loads Q into registers and has none")
+    return problems
 
 
 def smem_bytes(s: AttentionSchedule, head_dim: int, dtype: DType = ag.bf16) -> int:

@@ -123,7 +123,11 @@ def test_snake_needs_the_walk():
 
 
 def test_default_and_naive_points_are_legal():
-    for t in (task(), task(D=64), task(D=256, causal=True), task(D=64, S=1000, causal=True)):
+    # the short full defaults at 128 / 256 release Q early (fa3_overlap's), the causal ones
+    # walk in snake order: the naive point (no overlap, the grid) must turn those off too
+    for t in (task(), task(D=64), task(D=256, causal=True), task(D=64, S=1000, causal=True),
+              task(D=128, S=1024), task(D=256, S=1024), task(D=256, S=2048, causal=True),
+              task(D=64, S=1024, dtype="f32", origin="kernelbench")):
         for p in (FAMILY.default_params(t), FAMILY.naive_params(t)):
             p = FAMILY.normalize(t, p)
             assert not codes(t, p), (t.dims, p, FAMILY.static_check(t, p))
@@ -177,6 +181,109 @@ def test_persistent_walk_draws_no_finding(causal):
             walk = point(persistent=True, tile_order=order, own_blocks=own, fa3_overlap=True)
             found = FAMILY.static_check(t, walk)
             assert not found, (order, own, [(d.code, d.severity, d.message) for d in found])
+def test_store_rounds_and_the_q_prefetch_are_searched():
+    """store_cols and prefetch_next_q (h290's short-prefill levers) are in the space: the
+    rounds the search tries at a head dim are those AttentionSchedule.problems_for takes at the
+    library's default there with the TMA-store epilogue (dividing the head dim, fewer columns
+    than it, the staging tile within shared memory), and the prefetch is one step from a
+    default that walks (hd128 1k full: the walk with Q released early)."""
+    from argus.agent.families.attention import schedule_of
+
+    for D, rounds in ((64, (0,)), (128, (0, 64)), (256, (0, 64, 128))):
+        t = task(D=D, S=1024)
+        sp = FAMILY.space(t)
+        assert sp["store_cols"] == rounds and sp["prefetch_next_q"] == (False, True)
+        start = FAMILY.normalize(t, FAMILY.default_params(t))
+        assert (start["store_cols"], start["prefetch_next_q"]) == (0, False)   # defaults kept
+        for v in rounds[1:]:
+            p = FAMILY.normalize(t, dict(start, epilogue="tma", store_cols=v))
+            assert p["store_cols"] == v and not codes(t, p), (D, v)
+            assert schedule_of(p).problems_for(D) == []
+    # head dim 256: the whole staging tile does not fit beside Q and the rings, rounds do
+    t = task(D=256, S=1024)
+    start = FAMILY.normalize(t, FAMILY.default_params(t))
+    assert codes(t, dict(start, epilogue="tma")) == {"smem"}
+    # the prefetch at hd128 1k full: a neighbour of the default, legal
+    t = task(D=128, S=1024)
+    start = FAMILY.normalize(t, FAMILY.default_params(t))
+    assert start["persistent"] and not start["ordered"]
+    near = [x for x in FAMILY.neighbors(t, start) if x["prefetch_next_q"]]
+    assert near and all(FAMILY.legal(t, x) for x in near)
+
+
+def test_normalize_keeps_store_rounds_to_the_tma_epilogue():
+    """Staging rounds exist only with the TMA-store epilogue, and one round of the whole head
+    dim is the whole tile (store_cols=0), as the GEMM family's normalize does."""
+    t = task(D=128)
+    base = point(epilogue="tma")
+    assert FAMILY.normalize(t, dict(base, epilogue="direct", store_cols=64))["store_cols"] == 0
+    assert FAMILY.normalize(t, dict(base, store_cols=128))["store_cols"] == 0
+    assert FAMILY.normalize(t, dict(base, store_cols=64))["store_cols"] == 64
+
+
+@pytest.mark.parametrize("D,kw,code", [
+    (128, dict(prefetch_next_q=True, persistent=False), "prefetch_walk"),
+    (64, dict(block_m=192, block_n=128, ordered=True, persistent=True, prefetch_next_q=True),
+     "prefetch_walk"),
+    (256, dict(block_n=64, epilogue="direct", store_cols=128), "store_cols_epilogue"),
+], ids=["prefetch-grid", "prefetch-pingpong", "rounds-direct"])
+def test_the_levers_are_refused_in_the_schedules_words(D, kw, code):
+    """An illegal combination of the new fields is refused by the declared constraint (before
+    anything is built), with the reason AttentionSchedule itself raises."""
+    from argus.agent.families.attention import schedule_of
+
+    t = task(D=D)
+    p = dict(point(), **kw)      # not normalized: normalize would drop store_cols with direct
+    found = [d for d in FAMILY.static_check(t, p) if d.severity == "error"]
+    assert [d.code for d in found] == [code], found
+    with pytest.raises(ValueError) as raised:
+        schedule_of(p)
+    assert found[0].message in str(raised.value) and found[0].fix
+
+
+def test_store_rounds_the_head_dim_does_not_take():
+    """store_cols=128 at head dim 64: outside the task's rounds (the declared constraint, which
+    names them); a float32 head-dim-64 task also runs at 256 (qk_terms=3), where 128 is a
+    round, so there the point's own head dim is judged by problems_for: reported as the
+    schedule's refusal at head dim 64 (not as registers)."""
+    p = dict(point(), block_n=64, epilogue="tma", store_cols=128)   # fits at head dim 256
+    found = FAMILY.static_check(task(D=64), p)
+    assert [d.code for d in found] == ["store_cols_head_dim"]
+    assert "at head dim 64" in found[0].message and "rounds of" not in found[0].message
+    assert "(0,)" in found[0].fix
+    f32 = task(D=64, dtype="f32", origin="kernelbench")
+    assert 128 in FAMILY.space(f32)["store_cols"]
+    narrow = [d for d in FAMILY.static_check(f32, dict(p, qk_terms=1)) if d.severity == "error"]
+    assert [d.code for d in narrow] == ["schedule_fields"]
+    assert "does not divide head_dim=64" in narrow[0].message
+    assert not [d for d in FAMILY.static_check(f32, dict(p, qk_terms=3))
+                if d.severity == "error"]
+
+
+def test_the_levers_rules_are_the_kernels():
+    """Over store_cols, the epilogue, the prefetch, the walk and ping-pong from each head dim's
+    short default: the family accepts exactly what AttentionSchedule constructs and
+    problems_for takes, except a round of the whole head dim, which the search leaves to
+    store_cols=0 (normalize maps it there)."""
+    import itertools
+
+    from argus.agent.families.attention import schedule_of
+
+    for D in (64, 128, 256):
+        t = task(D=D, S=1024)
+        start = FAMILY.default_params(t)
+        for cols, ep, pf, walk, ordered in itertools.product(
+                (0, 64, 128), ("direct", "tma"), (False, True), (False, True), (False, True)):
+            p = dict(start, store_cols=cols, epilogue=ep, prefetch_next_q=pf,
+                     persistent=walk, ordered=ordered)
+            try:
+                kernel_ok = not schedule_of(p).problems_for(D)
+            except ValueError:
+                kernel_ok = False
+            if cols == D and kernel_ok:
+                assert not FAMILY.legal(t, p) and FAMILY.legal(t, FAMILY.normalize(t, p))
+            else:
+                assert FAMILY.legal(t, p) == kernel_ok, (D, p, FAMILY.static_check(t, p))
 
 
 # ----------------------------------------------------------------------------- estimate

@@ -7,8 +7,13 @@ intra-warpgroup overlap orders (fa3_overlap; intra_wg_overlap, which the verifie
 yet), the persistent walk and the epilogue; since 2026-12-04 also the knobs the library's
 defaults were measured on: two CTAs an SM (ctas_per_sm, 104-register consumers), the grid's
 tile order (longest causal tiles first), own_blocks and exp2 partly on the FMA pipe
-(exp2_emulate), with the cards attn.two_ctas and attn.tile_order. There is no decode path in
-argus yet (no attention_decode, no KV splits), so no split axis.
+(exp2_emulate), with the cards attn.two_ctas and attn.tile_order; since 2026-12-07 (h292) also
+h290's two short-prefill levers, not measured on a GPU yet: O staged in rounds of store_cols
+columns by the TMA-store epilogue (the rounds each head dim takes come from the schedule's own
+problems_for: facts store_rounds) and the walk's prefetch of its next Q (prefetch_next_q: the
+persistent walk without ping-pong, the schedule's own rule). The estimate counts store_cols as
+the TMA-store epilogue and nothing for the prefetch (no measurement to fit). There is no decode
+path in argus yet (no attention_decode, no KV splits), so no split axis.
 
 Legality is declared, not written as family rules: AttentionSchedule's ranges and constraints
 (families/declared.py: the fields' legal values, the overlap order the verifier cannot prove yet,
@@ -84,6 +89,44 @@ def kernel_head_dim(head_dim: int) -> int | None:
     from argus.kernels.attention import HEAD_DIMS
 
     return next((d for d in HEAD_DIMS if d >= head_dim), None)
+
+
+def kernel_head_dims(head_dim: int, dtype: str) -> tuple[int, ...]:
+    """The head dims a task's kernel may run at: one per Q K^T split (qk_terms) its
+    precision takes (AttentionPrecision's declared choices that _qk_fits accepts)."""
+    from argus.schedule_space import space_of
+
+    facts = {"D": head_dim, "dtype": dtype}
+    terms = space_of(AttentionPrecision).legal_of("qk_terms").choices
+    return tuple(sorted({kernel_head_dim(head_dim * t) for t in terms
+                         if _qk_fits({"qk_terms": t}, facts)} - {None}))
+
+
+def store_rounds(head_dims: tuple[int, ...], causal: bool, seq_len: int) -> tuple[int, ...]:
+    """The store_cols values the search tries: 0 (O staged whole, or the direct epilogue's
+    nothing) and each declared round that, at one of `head_dims`, stages fewer columns than
+    the head dim and passes AttentionSchedule.problems_for on the library's default schedule
+    there with the TMA-store epilogue in those rounds: it divides the head dim, and Q, the
+    rings and its staging tile fit shared memory (at head dim 256 the whole 128 x 256 tile
+    does not, rounds of 64 and 128 do)."""
+    from argus.agent.families.declared import declare_library
+    from argus.kernels.attention import AttentionSchedule, default_schedule
+    from argus.schedule_space import space_of
+
+    declare_library()
+    out = {0}
+    for v in space_of(AttentionSchedule).legal_of("store_cols").choices:
+        for kd in head_dims:
+            if not 0 < v < kd:
+                continue
+            try:
+                probe = dataclasses.replace(default_schedule(kd, causal, seq_len),
+                                            epilogue="tma", store_cols=v)
+            except ValueError:
+                continue
+            if not probe.problems_for(kd):
+                out.add(v)
+    return tuple(sorted(out))
 
 
 def schedule_of(params: dict[str, Any]):
@@ -164,7 +207,12 @@ class AttentionFamily(ScheduleFamily):
 
     # -- the schedule space -------------------------------------------------------------------
     def facts(self, task: TaskSpec) -> dict[str, Any]:
-        return {**task.dims, "dtype": task.dtype}
+        """The task's dims and dtype, and for store_cols (declared.py store_cols_head_dim) the
+        head dims its kernel may run at and the staging rounds those take (store_rounds)."""
+        d = task.dims
+        head_dims = kernel_head_dims(d["D"], task.dtype)
+        return {**d, "dtype": task.dtype, "kernel_head_dims": head_dims,
+                "store_rounds": store_rounds(head_dims, bool(d.get("causal")), d["S"])}
 
     def operand_choices(self, task: TaskSpec) -> tuple[str, ...]:
         return self.space(task)["operand"]
@@ -184,12 +232,14 @@ class AttentionFamily(ScheduleFamily):
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
         """A correct, slow start: one consumer warpgroup of 64 rows, 64-key blocks, the plain
-        loop."""
+        loop, one CTA a tile (none of the walk's or the overlap order's levers: the early Q
+        release of the hd128 / 256 short full defaults needs fa3_overlap)."""
         p = self.default_params(task)
         p.update(block_m=64, consumers=1, block_n=64, stages=2, ordered=False,
                  fa3_overlap=False, intra_wg_overlap=False, persistent=False,
                  epilogue="direct", producer_regs=24, consumer_regs=240, ctas_per_sm=1,
-                 tile_order="head", own_blocks=False)
+                 tile_order="head", own_blocks=False, early_q_release=False, cluster_m=1,
+                 store_cols=0, prefetch_next_q=False)
         return p
 
     def normalize(self, task: TaskSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -197,8 +247,12 @@ class AttentionFamily(ScheduleFamily):
         (plus a 32-register producer), one or two take 240 (24); two CTAs an SM (ctas_per_sm
         2, the head-dim-64 default at short lengths) keep the split their schedule names (24 +
         2 x 104: 384 threads enter with 80 registers). Ping-pong and the overlap orders exclude
-        each other: the cards that turn one on set the others off."""
+        each other: the cards that turn one on set the others off. Staging rounds (store_cols)
+        exist only with the TMA-store epilogue (as in the GEMM family), and a round of the
+        whole head dim is store_cols=0 (Staging stages min(store_cols, head dim) either way)."""
         p = dict(params)
+        if p.get("epilogue", "direct") != "tma" or p.get("store_cols", 0) == _kd(task.dims, p):
+            p["store_cols"] = 0
         if p.get("block_m", 0) % 64 == 0:
             p["consumers"] = max(1, min(3, p["block_m"] // 64))
         if p.get("ctas_per_sm", 1) > 1:
@@ -218,15 +272,20 @@ class AttentionFamily(ScheduleFamily):
             return []      # the head_dim and qk_terms constraints report it
         out = []
         for problem in schedule_of(params).problems_for(kd):
-            smem = "shared memory" in problem
+            if "shared memory" in problem:
+                code, fix = "smem", ("use fewer stages or a smaller block_n (or ordered=True: "
+                                     "Q in registers; or store_cols: O staged in rounds)")
+            elif "registers" in problem:
+                code, fix = "registers", ("use a smaller block_n, or fewer live tiles (no "
+                                          "ping-pong)")
+            else:   # a field this head dim does not take (store_cols not dividing it)
+                code, fix = "schedule_fields", f"change the fields it names for head dim {kd}"
             out.append(Diagnostic(
-                "error", "smem" if smem else "registers", problem, kernel=task.name,
+                "error", code, problem, kernel=task.name,
                 counterexample=dict(sorted(params.items())),
-                fix=("use fewer stages or a smaller block_n (or ordered=True: Q in registers)"
-                     if smem else "use a smaller block_n, or fewer live tiles (no ping-pong)")
-                + " (rule: AttentionSchedule.problems_for: sm_90 shared memory per CTA; O "
-                  "(D/2), S (block_n/2) and P (block_n/4) fp32 per consumer thread under "
-                  "setmaxnreg)"))
+                fix=fix + " (rule: AttentionSchedule.problems_for: sm_90 shared memory per "
+                          "CTA; O (D/2), S (block_n/2) and P (block_n/4) fp32 per consumer "
+                          "thread under setmaxnreg; store_cols divides the head dim)"))
         return out
 
     # -- cost ------------------------------------------------------------------------------------

@@ -218,9 +218,44 @@ ATTENTION = dict(
                      "its own rows see (causal; not with ordered)"),
     exp2_emulate=legal((0, 2, 4), low=0, high=16, rule="key groups of 16 whose exp2 runs on the "
                        "FMA pipe (ag.exp2 emulate; needs approx_exp2)"),
+    store_cols=legal((0, 64, 128), low=0, multiple=64,
+                     rule="columns of O a round of the TMA-store epilogue stages (0: all of "
+                     "them; kernels/attention.py AttentionSchedule.store_cols: rounds of 64- "
+                     "column blocks dividing the head dim, so the staging tile fits beside Q "
+                     "and the rings at head dim 256)"),
+    prefetch_next_q=legal((False, True), rule="the persistent walk's producer prefetches its "
+                          "next unit's Q tile into L2 (kernels/attention.py "
+                          "AttentionSchedule.prefetch_next_q)"),
     num_sms=fixed("H100/H200 SXM: 132 SMs"), approx_exp2=fixed("not searched yet"),
     fold_scale=fixed("not searched yet"),
 )
+
+
+def _attention():
+    """argus/kernels/attention.py, whose own rule functions the constraints below call (imported
+    when a constraint is evaluated: declare_library registers them lazily too)."""
+    from argus.kernels import attention
+
+    return attention
+
+
+def _store_cols_problems(s) -> list[str]:
+    return _attention().store_cols_problems(s["store_cols"], s["epilogue"])
+
+
+def _store_rounds_message(s, f) -> str:
+    rounds = ", ".join(str(v) for v in f["store_rounds"] if v)
+    return (f"store_cols={s['store_cols']}: at head dim "
+            f"{' or '.join(map(str, f['kernel_head_dims']))} the TMA-store epilogue stages O "
+            "whole (store_cols=0)" + (f" or in rounds of {rounds} columns" if rounds else "")
+            + ": a round has fewer columns than the head dim and divides it, and its staging "
+            "tile fits shared memory beside Q and the K and V rings of the library's default "
+            "schedule there (one round of the whole head dim is store_cols=0)")
+
+
+def _prefetch_problems(s) -> list[str]:
+    return _attention().prefetch_next_q_problems(s["prefetch_next_q"], s["persistent"],
+                                                 s["ordered"])
 
 ATTENTION_CONSTRAINTS = (
     Constraint("unproven", lambda s, f: not s["intra_wg_overlap"],
@@ -235,6 +270,30 @@ ATTENTION_CONSTRAINTS = (
                "use persistent=True with tile_order='snake' (or another tile_order)",
                "argus/kernels/attention.py AttentionSchedule._problems",
                reads=("tile_order", "persistent")),
+    # the next two are the schedule's own rules (its functions, its words): declared so the
+    # planner's notes list them and the search refuses a point before building it
+    Constraint("store_cols_epilogue", lambda s, f: not _store_cols_problems(s),
+               lambda s, f: "; ".join(_store_cols_problems(s)),
+               "use epilogue='tma' with store_cols a multiple of 64, or store_cols=0",
+               "argus/kernels/attention.py AttentionSchedule._problems (store_cols_problems)",
+               reads=("store_cols", "epilogue")),
+    # the task's fact store_rounds (families/attention.py store_rounds: each head dim the
+    # task's kernel runs at, the library default there with the TMA-store epilogue in rounds
+    # of store_cols, judged by AttentionSchedule.problems_for) narrows the search to the
+    # rounds that divide the head dim and fit shared memory; a point's own head dim and tile
+    # are judged again by problems_for (the family's resource_check)
+    Constraint("store_cols_head_dim", lambda s, f: s["store_cols"] in f["store_rounds"],
+               _store_rounds_message,
+               lambda s, f: f"use store_cols in {f['store_rounds']}",
+               "argus/kernels/attention.py AttentionSchedule.problems_for (store_cols divides "
+               "head_dim; smem_bytes within smem_per_sm_share)", reads=("store_cols",)),
+    Constraint("prefetch_walk", lambda s, f: not _prefetch_problems(s),
+               lambda s, f: "; ".join(_prefetch_problems(s)),
+               "use persistent=True and ordered=False with prefetch_next_q=True, or "
+               "prefetch_next_q=False",
+               "argus/kernels/attention.py AttentionSchedule._problems "
+               "(prefetch_next_q_problems)",
+               reads=("prefetch_next_q", "persistent", "ordered")),
 )
 
 
