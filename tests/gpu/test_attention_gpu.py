@@ -286,7 +286,10 @@ SHORT_LEVERS = [("default+snake+earlyq", 128, True), ("default+snake", 128, True
                 # unit's Q prefetched into L2 (tests/unit/test_attention_store_rounds.py)
                 ("default+tma128", 256, False), ("default+tma128", 256, True),
                 ("default+tma128+pfq", 256, False), ("default+tma128+pfq", 256, True),
-                ("default+pfq", 128, False), ("default+pfq", 128, True)]
+                ("default+pfq", 128, False), ("default+pfq", 128, True),
+                # h292: O by stmatrix + TMA store at head dim 64 (two CTAs an SM at 1000 and
+                # at causal 2100, ping-pong at full 2100; tests/unit/test_attention_tma_hd64.py)
+                ("default+tma", 64, False), ("default+tma", 64, True)]
 
 
 @pytest.mark.parametrize("S", [1000, 2100])
