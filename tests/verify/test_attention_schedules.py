@@ -8,13 +8,14 @@ rings, the masks under a uniform branch and the GQA head index are all modelled.
 "lpt" tile order (heads fastest in the grid) and two CTAs an SM (the `occ2` bench candidate).
 
 The persistent walk (AttentionSchedule(persistent=True)) decodes its tiles with div/mod of
-runtime extents; its obligations must not be violated, and some may come back unknown (z3
-timeouts), which docs/verify.md counts as honest. Two false positives it once raised are
-regression tests here: wgmma.k-once counted the unit loop around P V as a k loop (the O
-accumulator is zeroed per unit: a loop is a reduction loop by its accumulator's data flow, not
-by nesting), and pipe.totals compared trip x blocks(unit) of two different units (under the
-causal mask a unit's KV block count depends on the unit: the totals are sums, compared
-iteration by iteration)."""
+runtime extents; it verifies with zero findings too, full and causal (as the default walks
+above; own_blocks, the "lpt" and "snake" orders and head dim 256:
+tests/verify/test_persistent_causal_walk.py, test_persistent_own_blocks.py). Two false
+positives it once raised are regression tests here: wgmma.k-once counted the unit loop around
+P V as a k loop (the O accumulator is zeroed per unit: a loop is a reduction loop by its
+accumulator's data flow, not by nesting), and pipe.totals compared trip x blocks(unit) of two
+different units (under the causal mask a unit's KV block count depends on the unit: the totals
+are sums, compared iteration by iteration)."""
 
 import dataclasses
 
@@ -124,18 +125,16 @@ def test_ping_pong_verifies_clean(head_dim, causal):
     assert any(d.code.startswith("ordered.") for d in report.proven)
 
 
-def test_persistent_walk_has_no_violation():
+def test_persistent_walk_verifies_clean():
     kernel = lower_only(attention_kernel(128, ag.bf16, False, False),
                         s=AttentionSchedule(persistent=True))
-    report = verify.run(kernel)
-    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    _assert_clean(verify.run(kernel))
 
 
-def test_causal_persistent_walk_has_no_violation():
+def test_causal_persistent_walk_verifies_clean():
     kernel = lower_only(attention_kernel(128, ag.bf16, True, False),
                         s=AttentionSchedule(persistent=True))
-    report = verify.run(kernel)
-    assert not report.errors, "\n".join(str(d) for d in report.errors)
+    _assert_clean(verify.run(kernel))
 
 
 @pytest.mark.parametrize("lse", [False, True], ids=["out", "lse"])
