@@ -207,9 +207,10 @@ class Optimizer:
         # a run.json written before card classes: the class the store reads such rows as
         recorded = data.get("card_class") or store_module.legacy_card_class()
         if recorded != self.card_class:
-            self.say(f"{path} was measured on the {recorded} card class, this run is on the "
-                     f"{self.card_class} class: starting a new run (its steps would mix the "
-                     "two cards' times)")
+            said = (f"the {recorded} card class" if data.get("card_class") else
+                    f"an unrecorded card class (read as {recorded})")
+            self.say(f"{path} was measured on {said}, this run is on the {self.card_class} "
+                     "class: starting a new run (its steps would mix the two cards' times)")
             return None
         return data
 

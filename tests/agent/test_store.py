@@ -303,3 +303,12 @@ def test_a_runs_card_class(tmp_path, monkeypatch):
         data = {**state, **({"card_class": recorded} if recorded else {})}
         (tmp_path / "run.json").write_text(json.dumps(data))
         assert (opt._run_state() is not None) == resumed, recorded
+    # an H200 run does not resume a run.json without a class, and says it was unrecorded
+    said = []
+    h200_task = moe_fp8_task(1024, 7168, 2048, 256, 8, card=H200)
+    opt = Optimizer(h200_task, tmp_path, OptimizeConfig(device="cpu", verbose=False),
+                    log=said.append)
+    (tmp_path / "run.json").write_text(json.dumps(
+        {"run_id": "r", "signature": h200_task.signature(), "task_sha256": h200_task.sha256}))
+    assert opt._run_state() is None
+    assert "measured on an unrecorded card class (read as h100)" in said[-1], said
