@@ -404,6 +404,9 @@ def store_cols_problems(store_cols: int, epilogue: str) -> list[str]:
     """AttentionSchedule.store_cols' rules at any head dim (problems_for adds the head dim's):
     a function of the two fields, so the agent's declared space (agent/families/declared.py)
     refuses a point in the schedule's own words without building it."""
+    if not isinstance(store_cols, int) or store_cols < 0:
+        return [f"store_cols={store_cols!r} must be an int >= 0 (0: stage all of O's columns "
+                f"at once)"]
     if store_cols and (epilogue != "tma" or store_cols % 64):
         return [f"store_cols={store_cols}: columns of O staged per round of the TMA-store "
                 f"epilogue: a multiple of 64 with epilogue='tma' (0: all of them)"]

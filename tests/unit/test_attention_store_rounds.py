@@ -86,6 +86,8 @@ def test_what_the_fields_refuse():
         AttentionSchedule(store_cols=128)                    # the direct epilogue
     with pytest.raises(ValueError, match="a multiple of 64"):
         AttentionSchedule(epilogue="tma", store_cols=96)
+    with pytest.raises(ValueError, match="store_cols=-64 must be an int >= 0"):
+        AttentionSchedule(epilogue="tma", store_cols=-64)    # (-64 % 64 == 0)
     assert any("does not divide head_dim=64" in p for p in
                AttentionSchedule(epilogue="tma", store_cols=128).problems_for(64))
     with pytest.raises(ValueError, match="needs persistent=True"):
