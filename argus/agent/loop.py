@@ -47,8 +47,9 @@ def resolve_device(device: str) -> str:
 def run_card_class(task: TaskSpec, device: str) -> str:
     """The card class (argus.ops.moe CARD_H100 / CARD_H200) a run's times are for, the key
     its steps are stored and its priors read under: on a CUDA device that device's class
-    (argus.ops.moe.card_of: the card that measures); without one the task's own `card` option
-    (moe_fp8_task records one: its cost model is that class's), else the H100 class
+    (argus.ops.moe.card_of: the card that measures); without one the card the task's cost
+    model reads (TaskSpec.features' `card`: a moe_fp8 task's `card` option, else
+    argus.ops.moe.card_or_default's, as families/moe_fp8.py task_card), else the H100 class
     (default_card's without CUDA, and the class stored rows without one are read as)."""
     import importlib
 
@@ -57,7 +58,7 @@ def run_card_class(task: TaskSpec, device: str) -> str:
         import torch
 
         return moe_ops.card_of(torch.device(device))
-    return task.opts.get("card") or moe_ops.CARD_H100
+    return task.features().get("card") or moe_ops.CARD_H100
 
 
 def _say(verbose: bool) -> Callable[[str], None]:

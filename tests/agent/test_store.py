@@ -288,13 +288,19 @@ def test_a_failed_migration_changes_nothing(tmp_path, monkeypatch):
 def test_a_runs_card_class(tmp_path, monkeypatch):
     """On CUDA the measuring device's class; on CPU the task's own card (moe_fp8), else the
     H100 class. A run directory measured on another class is not resumed."""
-    from argus.agent.families.moe_fp8 import moe_fp8_task
+    from argus.agent.families.moe_fp8 import moe_fp8_task, task_card
 
     moe_ops = importlib.import_module("argus.ops.moe")
     assert run_card_class(TASK, "cpu") == H100
     assert run_card_class(moe_fp8_task(1024, 7168, 2048, 256, 8, card=H200), "cpu") == H200
     monkeypatch.setattr(moe_ops, "card_of", lambda device: H200 if device.type == "cuda" else "")
     assert run_card_class(TASK, "cuda") == H200
+    # on CPU a moe_fp8 task without the option (written before it) takes the class its cost
+    # model reads (task_card: default_card's, faked here as a CUDA host's), a GEMM the H100's
+    monkeypatch.setattr(moe_ops, "default_card", lambda: H200)
+    old = dataclasses.replace(moe_fp8_task(1024, 7168, 2048, 256, 8, card=H100), options=())
+    assert run_card_class(old, "cpu") == task_card(old) == H200
+    assert run_card_class(TASK, "cpu") == H100
     monkeypatch.undo()
     opt = Optimizer(TASK, tmp_path, OptimizeConfig(device="cpu", verbose=False))
     assert opt.card_class == H100
