@@ -51,14 +51,13 @@ def run_card_class(task: TaskSpec, device: str) -> str:
     model reads (TaskSpec.features' `card`: a moe_fp8 task's `card` option, else
     argus.ops.moe.card_or_default's, as families/moe_fp8.py task_card), else the H100 class
     (default_card's without CUDA, and the class stored rows without one are read as)."""
-    import importlib
+    from argus.ops import moe_module
 
-    moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe is also the op)
     if device.startswith("cuda"):
         import torch
 
-        return moe_ops.card_of(torch.device(device))
-    return task.features().get("card") or moe_ops.CARD_H100
+        return moe_module.card_of(torch.device(device))
+    return task.features().get("card") or moe_module.CARD_H100
 
 
 def _say(verbose: bool) -> Callable[[str], None]:

@@ -68,9 +68,9 @@ UNRECORDED = ""
 
 def legacy_card_class() -> str:
     """The class unrecorded rows are read as: argus.ops.moe's H100 class (module docstring)."""
-    import importlib
+    from argus.ops import moe_module
 
-    return importlib.import_module("argus.ops.moe").CARD_H100   # (argus.ops.moe: also the op)
+    return moe_module.CARD_H100
 
 
 def card_classes(card_class: str) -> tuple[str, ...]:
@@ -328,9 +328,9 @@ def best_schedule(signature: str, *, card_class: str | None = None,
         return None
     try:
         if card_class is None:
-            import importlib
+            from argus.ops import moe_module
 
-            card_class = importlib.import_module("argus.ops.moe").default_card()
+            card_class = moe_module.default_card()
         classes = card_classes(card_class)
         db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5.0)
         try:

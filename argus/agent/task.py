@@ -134,16 +134,15 @@ class TaskSpec:
             f["int_constexprs"] = sum(1 for _, v in self.constexprs if is_pow2_int(v))
         if self.family == "moe_fp8":
             # argus/ops/moe.py's fp8 prefill thresholds (rows an expert), for the cards' `when`
-            import importlib
+            from argus.ops import moe_module
 
-            moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe: also the op)
-            f["fp8_big_tile_rows"] = moe_ops.FP8_BIG_TILE_ROWS
-            f["fp8_unit_grid_max_rows"] = moe_ops.FP8_UNIT_GRID_MAX_ROWS
+            f["fp8_big_tile_rows"] = moe_module.FP8_BIG_TILE_ROWS
+            f["fp8_unit_grid_max_rows"] = moe_module.FP8_UNIT_GRID_MAX_ROWS
             # the card class the rule is read at (moe_fp8_task's option) and whether its
             # rule runs one CTA a unit up to fp8_unit_grid_max_rows (the H100 class only)
             # (argus.ops.moe.card_or_default, which families/moe_fp8.py task_card calls too)
-            f["card"] = card = moe_ops.card_or_default(self.opts.get("card"))
-            f["fp8_unit_grid"] = int(moe_ops.fp8_unit_grid_pays(card))
+            f["card"] = card = moe_module.card_or_default(self.opts.get("card"))
+            f["fp8_unit_grid"] = int(moe_module.fp8_unit_grid_pays(card))
         return f
 
     def to_json(self) -> dict[str, Any]:

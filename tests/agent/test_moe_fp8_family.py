@@ -7,7 +7,6 @@ and a candidate run through argus.ops.moe's fp8 expert path
 in the interpreter against float64."""
 
 import dataclasses
-import importlib
 import random
 
 import pytest
@@ -22,9 +21,9 @@ from argus.agent.families.moe_fp8 import (FIELDS, GRID_MEASURED_US, H200_LAYER_T
                                           promotion_scale, schedule_of, task_card)
 from argus.agent.task import TaskSpec
 from argus.kernels import moe_fp8 as K
+from argus.ops import moe_module as M
 
 FAMILY = get_family("moe_fp8")
-M = importlib.import_module("argus.ops.moe")
 CARD_H100, CARD_H200 = M.CARD_H100, M.CARD_H200
 
 # DeepSeek-V3 prefill: the calibration point, an H100 measurement (the H100 class's cost model,

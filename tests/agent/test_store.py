@@ -8,7 +8,6 @@ class's."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import sqlite3
 
@@ -133,9 +132,10 @@ def test_signatures():
 
 
 def test_card_classes_are_argus_ops_moes():
-    moe_ops = importlib.import_module("argus.ops.moe")
-    assert (H100, H200) == (moe_ops.CARD_H100, moe_ops.CARD_H200)
-    assert store_module.legacy_card_class() == moe_ops.CARD_H100
+    from argus.ops import moe_module
+
+    assert (H100, H200) == (moe_module.CARD_H100, moe_module.CARD_H200)
+    assert store_module.legacy_card_class() == moe_module.CARD_H100
     assert store_module.card_classes(H100) == (H100, store_module.UNRECORDED)
     assert store_module.card_classes(H200) == (H200,)
     with pytest.raises(ValueError, match="card class"):
@@ -289,15 +289,15 @@ def test_a_runs_card_class(tmp_path, monkeypatch):
     """On CUDA the measuring device's class; on CPU the task's own card (moe_fp8), else the
     H100 class. A run directory measured on another class is not resumed."""
     from argus.agent.families.moe_fp8 import moe_fp8_task, task_card
+    from argus.ops import moe_module
 
-    moe_ops = importlib.import_module("argus.ops.moe")
     assert run_card_class(TASK, "cpu") == H100
     assert run_card_class(moe_fp8_task(1024, 7168, 2048, 256, 8, card=H200), "cpu") == H200
-    monkeypatch.setattr(moe_ops, "card_of", lambda device: H200 if device.type == "cuda" else "")
+    monkeypatch.setattr(moe_module, "card_of", lambda device: H200 if device.type == "cuda" else "")
     assert run_card_class(TASK, "cuda") == H200
     # on CPU a moe_fp8 task without the option (written before it) takes the class its cost
     # model reads (task_card: default_card's, faked here as a CUDA host's), a GEMM the H100's
-    monkeypatch.setattr(moe_ops, "default_card", lambda: H200)
+    monkeypatch.setattr(moe_module, "default_card", lambda: H200)
     old = dataclasses.replace(moe_fp8_task(1024, 7168, 2048, 256, 8, card=H100), options=())
     assert run_card_class(old, "cpu") == task_card(old) == H200
     assert run_card_class(TASK, "cpu") == H100

@@ -256,14 +256,13 @@ class MoeFamily(ScheduleFamily):
     def run(self, task: TaskSpec, params: dict[str, Any], x, w13, w2, topk_ids, topk_weights):
         """The layer's expert half with this pair: argus.ops.moe.experts (interpreted for CPU
         tensors, compiled for CUDA ones)."""
-        import importlib
+        from argus.ops import moe_module
 
-        moe_ops = importlib.import_module("argus.ops.moe")
         d = task.dims
         gate_up, down = pair(task, params)
-        layer = moe_ops.Layer(d["T"], d["H"], d["I"], d["E"], d["top_k"], gate_up, down)
-        return moe_ops.experts(x, w13, w2, topk_ids, topk_weights, layer,
-                               interpret=not x.is_cuda)
+        layer = moe_module.Layer(d["T"], d["H"], d["I"], d["E"], d["top_k"], gate_up, down)
+        return moe_module.experts(x, w13, w2, topk_ids, topk_weights, layer,
+                                  interpret=not x.is_cuda)
 
 
 def moe_task(T: int, H: int, I: int, E: int, top_k: int, name: str = "moe") -> TaskSpec:

@@ -155,17 +155,13 @@ def params_of(schedule) -> dict[str, Any]:
     return {name: getattr(schedule, name) for name in FIELDS}
 
 
-def _moe_ops():
-    import importlib
-
-    return importlib.import_module("argus.ops.moe")   # (argus.ops.moe is also the op)
-
-
 def task_card(task: TaskSpec) -> str:
     """The card class a task's rule is read at: its `card` option (moe_fp8_task records one),
     else argus.ops.moe.default_card's (a task written before the option): card_or_default,
     as TaskSpec.features reads it."""
-    return _moe_ops().card_or_default(task.opts.get("card"))
+    from argus.ops import moe_module
+
+    return moe_module.card_or_default(task.opts.get("card"))
 
 
 def _rule(d: dict[str, int], card: str) -> dict[str, Any]:
@@ -177,15 +173,15 @@ def _rule(d: dict[str, int], card: str) -> dict[str, Any]:
     quantizes h itself (quantize_out, with the n_split and bn that form takes); the tiles'
     rows (FP8_PREFILL_SPLIT_SMEM_TMA's, FP8_SMALL's) for the warnings' text."""
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL
+    from argus.ops import moe_module
 
-    moe_ops = _moe_ops()
-    chosen = moe_ops.fp8_schedule_for(d["T"], d["top_k"], d["E"], card)
-    grid = moe_ops.fp8_unit_grid_pays(card)
+    chosen = moe_module.fp8_schedule_for(d["T"], d["top_k"], d["E"], card)
+    grid = moe_module.fp8_unit_grid_pays(card)
     return {"card": card, "unit_grid_pays": grid,
             "band_form": "FP8_PREFILL_UNIT_GRID" if grid else "FP8_PREFILL_WALK_FUSED_QUANTIZE",
-            "rows_per_expert": moe_ops.fp8_rows_per_expert(d["T"], d["top_k"], d["E"]),
-            "big_tile_rows": moe_ops.FP8_BIG_TILE_ROWS,
-            "unit_grid_max_rows": moe_ops.FP8_UNIT_GRID_MAX_ROWS,
+            "rows_per_expert": moe_module.fp8_rows_per_expert(d["T"], d["top_k"], d["E"]),
+            "big_tile_rows": moe_module.FP8_BIG_TILE_ROWS,
+            "unit_grid_max_rows": moe_module.FP8_UNIT_GRID_MAX_ROWS,
             "big_tile_bm": FP8_PREFILL_SPLIT_SMEM_TMA.bm, "small_tile_bm": FP8_SMALL.bm,
             "rule_bm": chosen.bm, "rule_persistent": chosen.persistent,
             "rule_quantize_out": chosen.quantize_out, "rule_n_split": chosen.n_split,
@@ -490,15 +486,18 @@ def fit_card(card: str | None) -> str:
     """The card class whose fit the cost model reads: argus.ops.moe's CARD_H100 or CARD_H200
     (None: the H100 class, the fit these functions had before the H200's). An unknown class is
     refused (argus.ops.moe.fp8_unit_grid_pays's refusal)."""
-    moe_ops = _moe_ops()
+    from argus.ops import moe_module
+
     if card is None:
-        return moe_ops.CARD_H100
-    moe_ops.fp8_unit_grid_pays(card)                  # refuses a card it has no rule for
+        return moe_module.CARD_H100
+    moe_module.fp8_unit_grid_pays(card)               # refuses a card it has no rule for
     return card
 
 
 def _is_h200(card: str | None) -> bool:
-    return fit_card(card) == _moe_ops().CARD_H200
+    from argus.ops import moe_module
+
+    return fit_card(card) == moe_module.CARD_H200
 
 
 @functools.cache
@@ -558,12 +557,14 @@ def _h200_quantize_out_knots(persistent: bool) -> tuple[tuple[float, float], ...
     separate the measured layers' ratio (the grid's own H200 factor applied to both), the
     mean where sizes share a point. The grid's fused form was measured only up to T = 4096:
     beyond it the nearest point's factor."""
+    from argus.ops import moe_module
+
     sep, fused = ("walk", "walk_fq") if persistent else ("grid", "grid_fq")
     ratios = {}
     for T, ms in H200_LAYER_TFLOPS.items():
         if sep in ms and fused in ms:
             d = {**CALIBRATION, "T": T}
-            g = grid_factor(d, measured_schedule(sep), _moe_ops().CARD_H200)
+            g = grid_factor(d, measured_schedule(sep), moe_module.CARD_H200)
             ratios[T] = _h200_fitted_ratio(T, sep, fused, g)
     return _knots(ratios, measured_schedule("walk"))
 
@@ -588,8 +589,10 @@ class MoeFp8Family(ScheduleFamily):
 
     def default_params(self, task: TaskSpec) -> dict[str, Any]:
         """argus.ops.moe.fp8_schedule_for's choice for these shapes on the task's card."""
+        from argus.ops import moe_module
+
         d = task.dims
-        return params_of(_moe_ops().fp8_schedule_for(d["T"], d["top_k"], d["E"],
+        return params_of(moe_module.fp8_schedule_for(d["T"], d["top_k"], d["E"],
                                                      task_card(task)))
 
     def naive_params(self, task: TaskSpec) -> dict[str, Any]:
@@ -611,25 +614,22 @@ class MoeFp8Family(ScheduleFamily):
         """argus.ops.moe's own refusals at the task's shapes (its weight-scale check on meta
         tensors of the task's shapes: H and I multiples of 128; its layer: the gate-up's halves
         inside one weight-scale block), then the lowering's (shared memory)."""
-        import importlib
-
         import torch
 
         from argus.errors import LaunchError
-
-        moe_ops = importlib.import_module("argus.ops.moe")   # (argus.ops.moe is also the op)
+        from argus.ops import moe_module
 
         d = task.dims
         T, H, I, E, k = d["T"], d["H"], d["I"], d["E"], d["top_k"]
         s = schedule_of(task, params)
         meta = functools.partial(torch.empty, device="meta")
         try:
-            moe_ops._check_scales(meta(T, H, dtype=torch.bfloat16),
-                                  meta(E, 2 * I, H, dtype=torch.float8_e4m3fn),
-                                  meta(E, H, I, dtype=torch.float8_e4m3fn),
-                                  meta(E, max(1, 2 * I // 128), max(1, H // 128)),
-                                  meta(E, max(1, H // 128), max(1, I // 128)))
-            moe_ops._layer(T, H, I, E, k, s, True)
+            moe_module._check_scales(meta(T, H, dtype=torch.bfloat16),
+                                     meta(E, 2 * I, H, dtype=torch.float8_e4m3fn),
+                                     meta(E, H, I, dtype=torch.float8_e4m3fn),
+                                     meta(E, max(1, 2 * I // 128), max(1, H // 128)),
+                                     meta(E, max(1, H // 128), max(1, I // 128)))
+            moe_module._layer(T, H, I, E, k, s, True)
         except LaunchError as exc:
             return [Diagnostic("error", "fp8_layer", str(exc).split("\n")[0], kernel=task.name,
                                counterexample=dict(sorted(params.items())),
@@ -692,14 +692,13 @@ class MoeFp8Family(ScheduleFamily):
             topk_ids, topk_weights):
         """The layer's expert half with this schedule: argus.ops.moe.experts with the weight
         scales (interpreted for CPU tensors, compiled for CUDA ones)."""
-        import importlib
+        from argus.ops import moe_module
 
-        moe_ops = importlib.import_module("argus.ops.moe")
         d = task.dims
-        layer = moe_ops.Layer(d["T"], d["H"], d["I"], d["E"], d["top_k"],
-                              schedule_of(task, params))
-        return moe_ops.experts(x, w13, w2, topk_ids, topk_weights, layer,
-                               interpret=not x.is_cuda, scales=(w13_scale, w2_scale))
+        layer = moe_module.Layer(d["T"], d["H"], d["I"], d["E"], d["top_k"],
+                                 schedule_of(task, params))
+        return moe_module.experts(x, w13, w2, topk_ids, topk_weights, layer,
+                                  interpret=not x.is_cuda, scales=(w13_scale, w2_scale))
 
 
 def moe_fp8_task(T: int, H: int, I: int, E: int, top_k: int, name: str = "moe_fp8",
@@ -708,9 +707,10 @@ def moe_fp8_task(T: int, H: int, I: int, E: int, top_k: int, name: str = "moe_fp
     on a card class (argus.ops.moe CARD_H100 or CARD_H200; None: argus.ops.moe.default_card's,
     the current CUDA device's class, else the H100 class), recorded as the task's `card` option
     so that the task names the rule it starts from wherever it is read."""
-    moe_ops = _moe_ops()
-    card = moe_ops.card_or_default(card)
-    moe_ops.fp8_unit_grid_pays(card)                  # refuses a card it has no rule for
+    from argus.ops import moe_module
+
+    card = moe_module.card_or_default(card)
+    moe_module.fp8_unit_grid_pays(card)               # refuses a card it has no rule for
     return TaskSpec(family="moe_fp8", name=name, origin="argus", path="argus.ops.moe",
                     shape=(("E", E), ("H", H), ("I", I), ("T", T), ("top_k", top_k)),
                     dtype="e4m3", compute="e4m3",
