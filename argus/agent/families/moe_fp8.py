@@ -95,7 +95,7 @@ the H200 class at each measured T (the walk with quantize_out from 32 to 128 row
 walk above). Its absolute times off T = 16384 are the structural model's, not fitted: the walk
 at T = 1024 / 4096 / 8192 4.58 / 4.78 / 7.26 ms estimated against 3.02 / 5.05 / 8.03 measured
 (the H100's model: 4.26 / 4.46 / 6.77 against its alternated run's 4.33 / 6.04 / 8.25). The
-torch baseline is each card's measured torch._grouped_mm rate (GROUPED_MM_TFLOPS).
+torch baseline is each card's measured torch._grouped_mm rate (grouped_mm_tflops).
 
 Evaluation: `run` calls argus.ops.moe's expert path with the schedule and the weight scales (the
 interpreter on CPU tensors, the compiled kernels on CUDA ones), checked against
@@ -455,10 +455,19 @@ H200_LAYER_TFLOPS = {
     8192: {"walk": (721, 716), "walk_fq": (718,), "grid": (679,), "small": (409,)},
     16384: {"walk": (800, 803), "grid": (778,)},
 }
+
+
 # torch._grouped_mm in bf16 on the dequantized weights, DeepSeek-V3 T = 16384 on an H200
 # (2026-12-02 21:13 UTC, tree 72dae26; docs/perf/moe.md "fp8 block-scaled and Mixtral"):
 # 313 TFLOP/s; the H100's 309 beside the calibration run
-GROUPED_MM_TFLOPS = {"h100": 309.0, "h200": 313.0}
+def grouped_mm_tflops(card: str | None) -> float:
+    """torch._grouped_mm's measured bf16 rate (TFLOP/s) on a card class, keyed by argus.ops.moe's
+    CARD_H100 / CARD_H200 (fit_card's class: None is the H100's, an unknown class is refused).
+    A function, not a module-level table: the keys live in argus.ops, which the agent imports
+    only when used (it loads the kernel library)."""
+    from argus.ops import moe_module
+
+    return {moe_module.CARD_H100: 309.0, moe_module.CARD_H200: 313.0}[fit_card(card)]
 
 
 def measured_schedule(name: str):
@@ -667,11 +676,11 @@ class MoeFp8Family(ScheduleFamily):
 
     def baseline_estimates(self, task: TaskSpec) -> dict[str, Estimate]:
         """torch._grouped_mm in bf16 on the dequantized weights at its rate measured on the
-        task's card class (GROUPED_MM_TFLOPS, DeepSeek-V3 T = 16384: 309 TFLOP/s on the H100
+        task's card class (grouped_mm_tflops, DeepSeek-V3 T = 16384: 309 TFLOP/s on the H100
         beside the calibration run, 313 on the H200: docs/perf/moe.md)."""
         d = task.dims
         flops = 2.0 * d["T"] * d["top_k"] * 3 * d["H"] * d["I"]
-        rate = GROUPED_MM_TFLOPS[fit_card(task_card(task))] * 1e12
+        rate = grouped_mm_tflops(task_card(task)) * 1e12
         return {"torch._grouped_mm (bf16)": Estimate(flops / rate * 1e3, "compute", {})}
 
     # -- rendering and running -------------------------------------------------------------------
