@@ -125,6 +125,31 @@ def test_estimates_are_not_evidence_for_ops(tmp_path):
                          allow_estimates=True) == params
 
 
+def test_best_schedule_without_a_class_reads_the_current_devices(tmp_path, monkeypatch):
+    """card_class=None is argus.ops.moe.default_card's class (the current CUDA device's), faked
+    here as each class in turn: each sees its own entry, never the other's faster one."""
+    from argus.ops import moe_module
+
+    db = tmp_path / "d.sqlite"
+    on_h100 = dataclasses.asdict(GemmSchedule(bm=64, bn=128, consumers=1, stages=6))
+    on_h200 = dataclasses.asdict(GemmSchedule(bm=128, bn=256, stages=3))
+    with ExperienceStore(db) as store:
+        store.start_run("a", TASK, {}, "", H100)
+        store.record_step("a", TASK, _step(0, on_h100, ms=0.02), H100)
+        store.start_run("b", TASK, {}, "", H200)
+        store.record_step("b", TASK, _step(0, on_h200, ms=0.01), H200)   # faster, other class
+    for current, expected in ((H100, on_h100), (H200, on_h200)):
+        monkeypatch.setattr(moe_module, "default_card", lambda: current)
+        assert best_schedule(TASK.signature(), path=db) == expected, current
+        assert best_schedule(TASK.signature(), path=db) == best_schedule(
+            TASK.signature(), card_class=current, path=db)
+
+    def no_driver():
+        raise RuntimeError("CUDA driver error")
+    monkeypatch.setattr(moe_module, "default_card", no_driver)
+    assert best_schedule(TASK.signature(), path=db) is None    # never raises: "no entry"
+
+
 def test_signatures():
     assert make_signature("elementwise", {"rows": 3, "cols": 5}, "f32", "op1") == \
         "elementwise/f32/cols5-rows3/op1"
