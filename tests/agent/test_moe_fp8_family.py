@@ -18,7 +18,8 @@ from argus.agent.families.moe_fp8 import (FIELDS, GRID_MEASURED_US, H200_LAYER_T
                                           MEASURED_LAYER_MS, QUANTIZE_OUT_MEASURED_US,
                                           MoeFp8Family, grid_factor, grid_ratio, h200_layer_ms,
                                           measured_schedule, moe_fp8_task, params_of,
-                                          promotion_scale, schedule_of, task_card)
+                                          promotion_scale, schedule_of, task_card,
+                                          units_per_cta)
 from argus.agent.task import TaskSpec
 from argus.kernels import moe_fp8 as K
 from argus.ops import moe_module as M
@@ -600,11 +601,32 @@ def test_the_h200_table_is_the_docs_and_its_schedules_the_families():
         2.0 * 4096 * 8 * 3 * 7168 * 2048 / ((575 + 569) / 2 * 1e12) * 1e3)
 
 
+def _pair_kind(a: str, b: str) -> str:
+    """How the H200 fit relates to a pair of H200_LAYER_TFLOPS's columns: "small" with FP8_SMALL
+    on one side (no H200 factor is fitted to it: its estimate is the structural model with the
+    H100's promotion factor times the walk's one scale), "fitted" for split forms that differ in
+    one of persistent / quantize_out (the H200 grid or quantize_out factor is fitted to this
+    very ratio), "cross" for split forms that differ in both (a product of two fitted factors)."""
+    if "small" in (a, b):
+        return "small"
+    sa, sb = measured_schedule(a), measured_schedule(b)
+    return "cross" if (sa.persistent != sb.persistent and
+                       sa.quantize_out != sb.quantize_out) else "fitted"
+
+
 def test_the_h200_estimate_ranks_the_h200_table_as_measured():
     """Of every pair of schedules measured on the H200 more than 3% apart at a T (whole layer,
     docs/perf/moe.md "fp8 prefill rule per card"), the H200 class's estimate puts the faster
-    first. The H100 class's estimate misorders some of the same pairs (the unit grid it prefers
-    in the band lost there), so the check tells the two fits apart."""
+    first. What that checks, honestly: the H200 fit was made from this same table. Its grid
+    and quantize_out factors are fitted to the split forms' measured ratios (`_pair_kind`
+    "fitted"), so those pairs hold by construction: exactly at a T with a knot of its own
+    (T = 8192, 16384: asserted below), and up to averaging where T = 1024 / 2048 / 4096 share
+    one knot (one m-tile an expert), the mean of their ratios. The cross pairs (walk against
+    grid_fq, walk_fq against grid) compose two fitted factors: exact again at an own knot, at
+    the shared one a check that the averaged factors still compose in the measured order.
+    FP8_SMALL's pairs are the one independent check: nothing in the H200 fit is fitted to its
+    column. The H100 class's estimate misorders some of the same pairs (the unit grid it
+    prefers in the band lost there), so the check also tells the two fits apart."""
     pairs = _h200_pairs()
     assert len(pairs) >= 20 and {T for T, *_ in pairs} == set(H200_LAYER_TFLOPS)
     h100_wrong = []
@@ -615,6 +637,47 @@ def test_the_h200_estimate_ranks_the_h200_table_as_measured():
         if not other[fast] < other[slow]:
             h100_wrong.append((T, fast, slow))
     assert (4096, "walk", "grid_fq") in h100_wrong and (1024, "walk", "grid_fq") in h100_wrong
+
+    # the split forms' pairs at a T with a knot of its own: the estimate's ratio is the measured
+    # one, fitted and cross alike (what "by construction" means above); at the shared knot's T
+    # the averaged factors leave the fitted pairs off their measured ratios
+    ms = {T: h200_layer_ms(T) for T in H200_LAYER_TFLOPS}
+    points = [units_per_cta(moe_fp8_task(T, 7168, 2048, 256, 8, card=CARD_H200).dims, WALK)
+              for T in sorted(H200_LAYER_TFLOPS)]
+    own = [T for T, u in zip(sorted(H200_LAYER_TFLOPS), points) if points.count(u) == 1]
+    assert own == [8192, 16384]
+    for T in sorted(H200_LAYER_TFLOPS):
+        est = _estimates(CARD_H200, T)
+        devs = {(a, b): est[b] / est[a] / (ms[T][b] / ms[T][a]) - 1
+                for a in est for b in est if a != b and _pair_kind(a, b) != "small"}
+        fitted = [abs(v) for (a, b), v in devs.items() if _pair_kind(a, b) == "fitted"]
+        assert fitted, T
+        if T in own:
+            assert max(map(abs, devs.values())) < 1e-9, (T, devs)
+        else:
+            assert max(fitted) > 1e-3, (T, devs)
+
+    # the cross pairs measured more than 3% apart at the shared knot, each ordered by the
+    # H200 estimate (at an own knot they are exact, above)
+    cross = {(T, fast, slow) for T, fast, slow, _ in pairs
+             if _pair_kind(fast, slow) == "cross" and T not in own}
+    assert cross == {(1024, "walk", "grid_fq"), (4096, "walk", "grid_fq"),
+                     (4096, "walk_fq", "grid")}
+    for T, fast, slow in cross:
+        est = _estimates(CARD_H200, T)
+        assert est[fast] < est[slow], (T, fast, slow, est)
+
+    # FP8_SMALL: measured the slowest wherever it ran, by more than 3% against every split
+    # form, and estimated the slowest there too (no H200 factor fitted to it)
+    with_small = [T for T in sorted(H200_LAYER_TFLOPS) if "small" in H200_LAYER_TFLOPS[T]]
+    assert with_small == [1024, 2048, 4096, 8192]
+    small_pairs = {(T, fast) for T, fast, slow, _ in pairs if slow == "small"}
+    assert small_pairs == {(T, n) for T in with_small for n in H200_LAYER_TFLOPS[T]
+                           if n != "small"}
+    assert not [p for p in pairs if p[1] == "small"]
+    for T in with_small:
+        est = _estimates(CARD_H200, T)
+        assert max(est, key=est.get) == "small", (T, est)
 
 
 def test_the_h200_fit_is_calibrated_on_its_walk():
