@@ -22,6 +22,7 @@
 #        abcheck (decode, prefill, unaligned GEMM: run from two trees' roots for an A/B)
 #        unet49 unetvar49 (stop 49's: the UNet table after the up-convolution route, its variants)
 #        unetvar50 (stop 50's: tma epilogue, 2 CTAs an SM, the RGB layer's routes)
+#        s55tests short55 short55b sweep55 mixtral55 (stop 55's CPU-built work and owed runs)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -348,6 +349,22 @@ for s in "${steps[@]}"; do
         tests/gpu/test_moe_fp8_pair_multicast_gpu.py tests/gpu/test_moe_fp8_gpu.py tests/gpu/test_moe_gpu.py \
         tests/gpu/test_moe_routing_gpu.py tests/gpu/test_moe_skip_pad_halves_gpu.py \
         tests/gpu/test_moe_unit_grid_gpu.py ;;
+    # stop 55's owed work (no GPU came): the GPU tests with the snake / per-card MoE defaults
+    # and the new levers' rows, h290's store_cols / prefetch_next_q at hd256 (and the prefetch
+    # at hd128), h292's hd64 TMA-store epilogue, the 24-case sweep, Mixtral bf16 on the H200
+    s55tests) run_step s55tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_gpu.py tests/gpu/test_moe_fp8_gpu.py \
+        tests/gpu/test_moe_unit_grid_gpu.py tests/gpu/test_ops_matmul_gpu.py ;;
+    short55) run_step short55 150 python3 -u scripts/gpu_attention_bench.py --dims 256 \
+        --lengths 1024,2048,4096 --no-gqa --backends cudnn,flash --kernel-only \
+        --variants default,default+tma128,default+pfq,default+tma128+pfq --out "$OUT/short55" ;;
+    short55b) run_step short55b 120 python3 -u scripts/gpu_attention_bench.py --dims 64,128 \
+        --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+tma,default+pfq --out "$OUT/short55b" ;;
+    sweep55) run_step sweep55 200 python3 -u scripts/gpu_attention_bench.py --dims 64,128,256 \
+        --lengths 1024,4096,16384 --backends cudnn,flash --out "$OUT/sweep55" ;;
+    mixtral55) run_step mixtral55 120 python3 -u scripts/gpu_moe_bench.py --models mixtral \
+        --tokens 16384 --rounds 3 --out "$OUT/mixtral55" ;;
     *) echo "unknown step $s" ;;
   esac
 done
