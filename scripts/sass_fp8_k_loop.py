@@ -11,7 +11,13 @@ and overlap 128 x 128) and, with --variants, every schedule of scripts/gpu_fp8_b
 --variants. Needs NVRTC and nvdisasm or cuobjdump (PATH, or NVDISASM=/path/to/nvdisasm).
 
     .venv/bin/python scripts/sass_fp8_k_loop.py [--variants] [--interval] [--generic] [--json F]
-        [--sass DIR] [--only SUBSTRING ...]
+        [--sass DIR] [--only SUBSTRING ...] [--moe]
+
+`--moe`: the fp8 MoE grouped GEMMs (argus/kernels/moe_fp8.py, the smem-scale kernel) at the
+prefill default (FP8_PREFILL_SPLIT_SMEM_TMA) and the gate-up's SiLU forms, the variant of
+DeepSeek-V3's T = 16384 launch (MOE_GATE_UP / MOE_DOWN), beside the dense "split 128x256 smem
+scales" they copy; with each the instructions of the consumer's unit loop outside the K loop
+(`unit_rest`: per unit and warp, statically, the accumulator reset and the epilogue).
 
 `--interval`: the per-tensor kernel plain (128 x 256) and promoting every N K steps
 (Fp8GemmSchedule.promote_every, 128 x 192 / 160 / 128), counted per K block (a trip of the
@@ -59,6 +65,21 @@ def interval_schedules() -> list[tuple[str, object]]:
     return out
 
 
+def moe_schedules() -> list[tuple[str, object]]:
+    """--moe: (name, MoeFp8Schedule) of the fp8 grouped GEMMs; "moe gate-up" names build the
+    gated kernel, "moe down" the down (`render`), and the dense loop they share first."""
+    from dataclasses import replace
+
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as D
+    from argus.ops.fp8_schedules import _SPLIT_256_SMEM_TMA
+
+    return [("split 128x256 smem scales", _SPLIT_256_SMEM_TMA),
+            ("moe gate-up split_smem_tma", D), ("moe down split_smem_tma", D),
+            ("moe gate-up split_smem_tma rsqrt_silu", replace(D, rsqrt_silu=True)),
+            ("moe gate-up split_smem_tma fast+rsqrt_silu", replace(D, rsqrt_silu=True,
+                                                                     fast_silu=True))]
+
+
 def variant_schedules() -> list[tuple[str, object]]:
     spec = importlib.util.spec_from_file_location("gpu_fp8_bench",
                                                   ROOT / "scripts" / "gpu_fp8_bench.py")
@@ -71,6 +92,16 @@ def variant_schedules() -> list[tuple[str, object]]:
 # picks the variant of each launch's arguments, analysis/alignment.py): DeepSeek-V3's
 # 4096 x 7168 x 2048, contiguous tensors from a fresh (512-byte aligned) allocation.
 SHAPE = {"M": 4096, "N": 7168, "K": 2048, "KB": 2048 // 128, "MS": 4096, "NB": 7168 // 128}
+
+
+# DeepSeek-V3 (E 256, top-8, H 7168, I 2048) at T = 16384: 131072 routed rows, the padded
+# layout's bound (each expert padded to 128 rows) as M; the gate-up [M, 7168] x [E, 2, 2048,
+# 7168], the down [M, 2048] x [E, 7168, 2048]
+_MOE_M = 16384 * 8 + 256 * 128
+MOE_GATE_UP = {"M": _MOE_M, "MS": _MOE_M, "MT": _MOE_M // 128, "E": 256, "K": 7168,
+               "KBP": 56, "KBW": 56, "NC": 2048, "NB": 16}
+MOE_DOWN = {"M": _MOE_M, "MS": _MOE_M, "MT": _MOE_M // 128, "E": 256, "K": 2048,
+            "KBP": 16, "KBW": 16, "NC": 7168, "NB": 56}
 
 
 def launch_specialization(kernel, symbols: dict[str, int] = SHAPE):
@@ -92,10 +123,16 @@ def launch_specialization(kernel, symbols: dict[str, int] = SHAPE):
     return alignment.of_arguments(tensors, symbols)
 
 
-def render(schedule, generic: bool = False, per_tensor: bool = False):
+def moe_gemm(name: str) -> bool:
+    """Whether a schedule name of this script means an fp8 MoE grouped GEMM (moe_schedules)."""
+    return name.startswith("moe ")
+
+
+def render(schedule, generic: bool = False, per_tensor: bool = False, name: str = ""):
     """codegen.Source of the block-scaled kernel of `schedule` (the per-tensor one when
-    `per_tensor`): the variant of the SHAPE launch, or (generic) the one that assumes nothing
-    about its arguments."""
+    `per_tensor`; the MoE gate-up or down when `name` is one of moe_schedules', at its launch
+    MOE_GATE_UP / MOE_DOWN): the variant of the SHAPE launch, or (generic) the one that
+    assumes nothing about its arguments."""
     import argus as ag
     from argus import codegen
     from argus.analysis import alignment
@@ -103,6 +140,14 @@ def render(schedule, generic: bool = False, per_tensor: bool = False):
     from argus.kernels.gemm_fp8 import (gemm_fp8_blockscaled_kernel,
                                         gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
 
+    if moe_gemm(name):
+        from argus.kernels.moe_fp8 import grouped_gemm_fp8_smem_kernel
+        gated = name.startswith("moe gate-up")
+        kernel = lower_only(grouped_gemm_fp8_smem_kernel(gated), s=schedule)
+        if not generic:
+            symbols = MOE_GATE_UP if gated else MOE_DOWN
+            kernel = alignment.specialize(kernel, launch_specialization(kernel, symbols))
+        return codegen.render(kernel)
     if per_tensor:
         kf = gemm_fp8_kernel
     else:
@@ -122,7 +167,7 @@ def measure(schedule, sass_dir: Path | None = None, name: str = "",
     from argus.runtime.sass import disassemble, k_loop, k_loop_classes
 
     per_tensor = name.startswith("per-tensor")
-    source = render(schedule, generic, per_tensor)
+    source = render(schedule, generic, per_tensor, name)
     binary = compile_cuda(source.text, [source.name], use_cache=False)
     res = binary.resource(source.name)
     sass = disassemble(binary.cubin)
@@ -144,9 +189,30 @@ def measure(schedule, sass_dir: Path | None = None, name: str = "",
     per_block = {k: v / blocks for k, v in classes.items()}
     return {"registers": res.registers, "spill_bytes": res.spill_stores + res.spill_loads,
             "blocks_per_trip": blocks, "per_block": per_block, "gaps": promotion_gaps(loop),
-            "total": sum(classes.values()) / blocks,
+            "total": sum(classes.values()) / blocks, "unit_rest": unit_rest(sass, loop),
             "bookkeeping": sum(v for k, v in classes.items() if k not in ("FFMA", "QGMMA"))
             / blocks}
+
+
+def unit_rest(sass: str, loop: list[str]) -> int:
+    """The instructions of the consumer's unit loop (the shortest loop around the K loop) that
+    lie outside the K loop: per unit and warp the accumulator reset, the epilogue and the next
+    unit's coordinates, counted statically (both sides of each branch; the SiLU's division
+    slow path counted though rarely taken). 0 when no loop encloses the K loop."""
+    import re
+
+    lines = sass.splitlines()
+    first = lines.index(loop[0])
+    last = first + len(loop) - 1
+    labels = {m.group(1): i for i, line in enumerate(lines)
+              for m in [re.match(r"^\s*(\.L_x_\d+):", line)] if m}
+    around = [(i - labels[m.group(1)], labels[m.group(1)], i) for i, line in enumerate(lines)
+              for m in [re.search(r"BRA `\((\.L_x_\d+)\)", line)]
+              if m and labels.get(m.group(1), len(lines)) < first and i > last]
+    if not around:
+        return 0
+    _, a, b = min(around)
+    return sum(bool(_OPCODE.match(x)) for x in lines[a:first] + lines[last + 1:b + 1])
 
 
 def promotion_gaps(loop: list[str]) -> list[tuple[int, int]]:
@@ -212,7 +278,7 @@ def _row(name: str, m: dict) -> str:
     gaps = " / ".join(f"{n}" + (f" ({b} BAR)" if b else "") for n, b in m["gaps"])
     return (f"| {name} | {m['registers']} / {m['spill_bytes']} | {m['total']:g} | "
             f"{p.get('QGMMA', 0):g} | {p.get('FFMA', 0):g} | {m['bookkeeping']:g} | "
-            f"{gaps} | {rest} |")
+            f"{gaps} | {m['unit_rest']} | {rest} |")
 
 
 def main() -> int:
@@ -222,6 +288,9 @@ def main() -> int:
     parser.add_argument("--interval", action="store_true",
                         help="also the per-tensor kernel plain and promoting every N K steps "
                              "(interval_schedules)")
+    parser.add_argument("--moe", action="store_true",
+                        help="also the fp8 MoE grouped GEMMs beside the dense loop they copy "
+                             "(moe_schedules)")
     parser.add_argument("--json", type=Path, help="write the counts here")
     parser.add_argument("--sass", type=Path, help="write each kernel's .cu and .sass here")
     parser.add_argument("--generic", action="store_true",
@@ -231,14 +300,16 @@ def main() -> int:
                         help="only the schedules whose name contains one of these")
     args = parser.parse_args()
     schedules = default_schedules() + (variant_schedules() if args.variants else []) + \
-        (interval_schedules() if args.interval else [])
+        (interval_schedules() if args.interval else []) + \
+        (moe_schedules() if args.moe else [])
     if args.only:
         schedules = [(n, s) for n, s in schedules if any(o in n for o in args.only)]
     if args.sass:
         args.sass.mkdir(parents=True, exist_ok=True)
     print("| schedule | regs / spill B | K loop per K block | QGMMA | FFMA | bookkeeping | "
-          "promotion gap (DEPBAR -> next QGMMA) | bookkeeping by class |")
-    print("|---|---|---|---|---|---|---|---|")
+          "promotion gap (DEPBAR -> next QGMMA) | unit loop outside K loop | "
+          "bookkeeping by class |")
+    print("|---|---|---|---|---|---|---|---|---|")
     out = {}
     for name, s in schedules:
         out[name] = measure(s, args.sass, name, args.generic)
