@@ -855,8 +855,8 @@ def run_model(name, tokens, trials, allow_few, copy_bw, rows, with_variants=Fals
     g = torch.Generator(device="cuda").manual_seed(len(name))
     w13 = (torch.randn(E, 2 * I, H, generator=g, device="cuda") / H ** 0.5).bfloat16()
     w2 = (torch.randn(E, H, I, generator=g, device="cuda") / I ** 0.5).bfloat16()
-    bias = (torch.randn(E, generator=g, device="cuda") * 0.1) if routing[0] == "sigmoid" \
-        else None
+    bias = (torch.randn(E, generator=g, device="cuda") * BIAS_SCALE) \
+        if routing[0] == "sigmoid" else None
     expert_bytes = 3 * H * I * 2
     for T in tokens:
         x = torch.randn(T, H, generator=g, device="cuda").bfloat16()
@@ -1148,6 +1148,8 @@ def fp8_variants() -> dict:
 # --fp8-only: the fp8 variants timed (all of fp8_variants() when empty); each of them also gets
 # its GEMM kernels' device time (profiler), as the default does
 FP8_ONLY: tuple = ()
+# sigmoid routing's e_score_correction_bias scale (--bias-scale)
+BIAS_SCALE: float = 0.1
 
 
 def run_fp8(tokens, trials, rows, with_variants=True, rounds: int = 1):
@@ -1169,7 +1171,7 @@ def run_fp8(tokens, trials, rows, with_variants=True, rounds: int = 1):
     g = torch.Generator(device="cuda").manual_seed(16)
     t0 = time.time()
     w13, s13, w2, s2, d13, d2 = fp8_weights(E, H, I, g)
-    bias = torch.randn(E, generator=g, device="cuda") * 0.1
+    bias = torch.randn(E, generator=g, device="cuda") * BIAS_SCALE
     torch.cuda.synchronize()
     log(f"fp8 weights ({E} experts, 128x128 blocks) in {time.time() - t0:.1f} s")
 
@@ -1200,8 +1202,12 @@ def run_fp8(tokens, trials, rows, with_variants=True, rounds: int = 1):
         counts = torch.bincount(ids.reshape(-1), minlength=E)
         row["padding_pct"] = {pad: 100.0 * (((counts + pad - 1) // pad * pad).sum().item()
                                             / (T * k) - 1) for pad in (64, 128, 256)}
+        row["expert_rows"] = dict(bias_scale=BIAS_SCALE, max=int(counts.max()),
+                                  median=int(counts.median()), empty=int((counts == 0).sum()))
         log(f"{FP8_MODEL} T={T}: padding to 64 / 128 / 256 rows adds " +
-            " / ".join(f"{v:.0f}%" for v in row["padding_pct"].values()) + " rows")
+            " / ".join(f"{v:.0f}%" for v in row["padding_pct"].values()) + " rows; rows an "
+            f"expert max {row['expert_rows']['max']}, median {row['expert_rows']['median']}, "
+            f"{row['expert_rows']['empty']} experts empty (bias scale {BIAS_SCALE})")
         paths = [("ours-fp8", "fp8", ours_fp8), ("ours-bf16", "bf16", ours_bf16),
                  ("grouped", "bf16", grouped)]
         if with_variants:
@@ -1461,8 +1467,18 @@ def main() -> None:
                     help="time the routing alone (argus.ops.moe's route and layout) at "
                          "T = 1, 16, 64, 4096, 16384 (or --tokens) with CUDA events, least "
                          "of 5 rounds (or --trials)")
+    ap.add_argument("--bias-scale", type=float, default=0.1, metavar="S",
+                    help="sigmoid routing (DeepSeek-V3): e_score_correction_bias = S x N(0, 1) "
+                         "per expert. 0.1 (the default) skews the load hard (at T = 16384 the "
+                         "busiest expert gets ~10x the mean rows, ~30 of 256 get none); 0 is "
+                         "the balanced load the model's learned bias aims at (rows an expert "
+                         "T k / E with a standard deviation near sqrt(T k / E))")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
+    if not args.bias_scale >= 0:
+        ap.error("--bias-scale takes S >= 0")
+    global BIAS_SCALE
+    BIAS_SCALE = args.bias_scale
     if args.rounds is not None and args.rounds < 1:
         ap.error("--rounds takes N >= 1")
     global PREFILL_ONLY
