@@ -188,8 +188,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     # "tma": the stmatrix + TMA-store epilogue (an O staging tile in shared memory) instead of
     # st.global from registers; "persistent" on the default too
     extra = {"epilogue": "tma"} if "tma" in parts else {}
-    if "direct" in parts:   # st.global from registers (hd128's default stores through TMA)
-        extra["epilogue"] = "direct"
+    if "direct" in parts:   # st.global from registers (the defaults at hd128, hd256 and
+        extra.update(epilogue="direct", store_cols=0)   # short hd64 store through TMA)
     # "tmaN": the TMA-store epilogue staging N columns of O per round (store_cols), so it
     # fits beside head dim 256's Q and rings ("default+tma128": two rounds of 128 columns)
     rounds = [int(p[3:]) for p in parts if p.startswith("tma") and p[3:].isdigit()]

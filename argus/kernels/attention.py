@@ -475,6 +475,16 @@ PERSISTENT_EARLYQ_FULL = 1024
 # hd256 at 2k-4k walks in snake order with own_blocks kept (the verifier proves that walk's
 # per-warpgroup step totals since h286's pipe.totals pairing)
 SNAKE_CAUSAL = {128: 8192, 256: 4096}
+# The stmatrix + TMA-store epilogue at head dims 64 and 256 (at 256 in rounds of
+# STORE_COLS_256 columns: the whole 64 KB staging tile does not fit beside Q and the rings).
+# H100, 2026-12-07 (tree 6675714, kernels alone, default / +tma): hd256 full 1k 539 / 625,
+# 2k 628 / 670, 4k 679 / 682, 16k 671 / 684; causal 1k 404 / 466, 2k 543 / 589, 4k 618 / 642,
+# 16k 663 / 638 (lost: not taken); hd64 full 1k 397 / 419, 2k 417 / 425, 4k 454 / 454, 16k
+# 500 / 465 (lost); causal 1k 301 / 324, 2k 376 / 397, 4k 415 / 441, 16k 461 / 462.
+# (seq_len: the longest query length taking it; None = every length)
+TMA_STORE_FULL = {64: 4096, 256: None}
+TMA_STORE_CAUSAL = {64: 4096, 256: 4096}
+STORE_COLS_256 = 128
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of its arguments, asked on every op call
@@ -571,7 +581,21 @@ def default_schedule(head_dim: int, causal: bool = False,
             # short full-mask prefill: each CTA's next tile starts under this one's epilogue
             choice = dataclasses.replace(choice, persistent=True,
                                          early_q_release=seq_len <= PERSISTENT_EARLYQ_FULL)
+    if _tma_store(head_dim, causal, seq_len):
+        choice = dataclasses.replace(choice, epilogue="tma",
+                                     store_cols=STORE_COLS_256 if head_dim == 256 else 0)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
+
+
+def _tma_store(head_dim: int, causal: bool, seq_len) -> bool:
+    """Whether default_schedule takes the TMA-store epilogue at head dim 64 / 256 (128 always
+    does): TMA_STORE_FULL / TMA_STORE_CAUSAL's longest query length (None: every length; an
+    unknown seq_len only where every length takes it)."""
+    rule = (TMA_STORE_CAUSAL if causal else TMA_STORE_FULL)
+    if head_dim not in rule:
+        return False
+    longest = rule[head_dim]
+    return longest is None or (seq_len is not None and seq_len <= longest)
 
 
 @functools.lru_cache(maxsize=64)
