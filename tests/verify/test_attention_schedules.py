@@ -47,7 +47,7 @@ DEFAULTS = [(64, False, None), (64, True, None), (64, True, SHORT_CAUSAL_64), (6
             (128, False, None), (128, True, None), (256, False, None), (256, True, None),
             (256, True, 4096), (128, False, 1024), (128, False, 2048), (256, False, 1024),
             (256, False, 2048), (128, True, 1024), (128, True, 8192), (256, True, 1024),
-            (256, True, 2048)]
+            (256, True, 2048), (64, False, 4096)]
 
 
 def _assert_clean(report, epilogue: str = "direct", head_dim: int = 64) -> None:
