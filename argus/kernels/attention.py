@@ -481,6 +481,11 @@ SNAKE_CAUSAL = {128: 8192, 256: 4096}
 # 2k 628 / 670, 4k 679 / 682, 16k 671 / 684; causal 1k 404 / 466, 2k 543 / 589, 4k 618 / 642,
 # 16k 663 / 638 (lost: not taken); hd64 full 1k 397 / 419, 2k 417 / 425, 4k 454 / 454, 16k
 # 500 / 465 (lost); causal 1k 301 / 324, 2k 376 / 397, 4k 415 / 441, 16k 461 / 462.
+# A second H100 run of this rule against default+direct (2026-12-07 ~03:30 UTC, tree afe920d,
+# kernels alone, direct / rule) agrees in every row it changes: hd256 full 1k 545 / 623, 2k
+# 621 / 676, 4k 649 / 661, 16k 646 / 669; causal 1k 408 / 464, 2k 549 / 590, 4k 593 / 613;
+# hd64 full 1k 397 / 422, 2k 425 / 427, 4k 447 / 453; causal 1k 301 / 327, 2k 373 / 393, 4k
+# 411 / 419. Not yet measured on an H200 (no H200 came on 2026-12-06 or 07).
 # (seq_len: the longest query length taking it; None = every length)
 TMA_STORE_FULL = {64: 4096, 256: None}
 TMA_STORE_CAUSAL = {64: 4096, 256: 4096}
