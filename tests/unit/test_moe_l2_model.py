@@ -1,0 +1,72 @@
+"""scripts/moe_l2_model.py, the CPU model of the MoE grouped GEMM's DRAM traffic: reuse in
+lock-step, eviction by capacity, the orders' units each once, the walk's unit assignment."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.loading import load_script
+
+M = load_script("moe_l2_model")
+# a small GEMM: 4 K blocks, 1 KB A boxes, 2 KB B boxes, no scales, 1 KB output tiles
+G = M.Gemm("toy", 4, 1024, 2048, 0, 0, 1024)
+
+
+def test_lockstep_units_share_the_weight_tile_read():
+    # two m-tiles of one expert at one n-tile on two CTAs in lock-step: the weight tile's
+    # blocks come from DRAM once, each A box once
+    r = M.simulate(G, [0, 0], [(0, 0), (1, 0)], M.Walk(ctas=2))
+    assert r["miss"]["B"] == 4 * 2048
+    assert r["miss"]["A"] == 2 * 4 * 1024
+    assert r["dram_write"] == 2 * 1024
+
+
+def test_different_experts_do_not_share():
+    r = M.simulate(G, [0, 1], [(0, 0), (1, 0)], M.Walk(ctas=2))
+    assert r["miss"]["B"] == 2 * 4 * 2048
+
+
+def test_capacity_evicts_between_units_of_one_cta():
+    # one CTA runs both units one after the other: with room for the whole weight tile the
+    # second unit hits; with room for one block's boxes only, it reads the tile again
+    big = M.simulate(G, [0, 0], [(0, 0), (1, 0)], M.Walk(ctas=1), l2_bytes=1 << 20)
+    small = M.simulate(G, [0, 0], [(0, 0), (1, 0)], M.Walk(ctas=1), l2_bytes=4096)
+    assert big["miss"]["B"] == 4 * 2048
+    assert small["miss"]["B"] == 2 * 4 * 2048
+
+
+def test_orders_are_permutations_of_the_units():
+    te = M.tile_experts([300, 0, 129, 1, 1000])     # 3, 0, 2, 1, 8 m-tiles
+    assert te == [0, 0, 0, 2, 2, 3] + [4] * 8
+    units = {(m, n) for m in range(len(te)) for n in range(3)}
+    for name, make in M.ORDERS.items():
+        order = make(te, 3)
+        assert len(order) == len(units) and set(order) == units, name
+
+
+def test_expert_order_keeps_an_expert_weight_tile_together():
+    te = M.tile_experts([300, 129, 1000])
+    order = M.expert_order(te, 4, 0)
+    # each (expert, n-tile)'s m-tiles are consecutive in the sequence
+    keys = [(te[m], n) for m, n in order]
+    runs = [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
+    assert len(runs) == len(set(runs)) == 3 * 4
+
+
+def test_grouped_order_is_the_kernel_raster():
+    # group_m 2 over 3 m-tiles, 2 n-tiles: (0,0) (1,0) (0,1) (1,1), then the last m-tile
+    assert M.grouped_order([0, 0, 0], 2, 2) == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (2, 1)]
+
+
+def test_static_and_dynamic_walks_agree_in_lockstep():
+    # equal units without jitter: the dynamic walk hands out the static walk's waves
+    te = M.tile_experts([500, 700, 260])
+    order = M.grouped_order(te, 4, 2)
+    s = M.simulate(G, te, order, M.Walk(ctas=5))
+    d = M.simulate(G, te, order, M.Walk(ctas=5, dynamic=True))
+    assert s["dram"] == d["dram"]
+
+
+def test_repeated_unit_is_refused():
+    with pytest.raises(ValueError, match="once"):
+        M.simulate(G, [0], [(0, 0), (0, 0)], M.Walk(ctas=1))
