@@ -19,8 +19,11 @@ and it occupies the cache as it passes). Set associativity, sectors, the TMA's p
 (the ring's stages: a CTA reads at most `stages` blocks ahead, far less than the reuse
 distances that matter here) and DRAM's feedback on speed are not modeled.
 
-    python scripts/moe_l2_model.py                      # the tables of docs/perf/moe.md
-    python scripts/moe_l2_model.py --quick              # fewer configurations
+    python scripts/moe_l2_model.py                      # DeepSeek-V3 gate-up, every order,
+                                                        # both walks, jitter 0 / 0.05 / 0.1
+    python scripts/moe_l2_model.py --model mixtral --l2-mb 50 25 --orders "expert g16"
+    python scripts/moe_l2_model.py --bias-scale 0       # the balanced routing
+(each configuration takes 5-15 s of one CPU core)
 """
 
 
@@ -252,12 +255,12 @@ ORDERS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--model", choices=("deepseek", "mixtral"), default="deepseek")
     ap.add_argument("--bias-scale", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--orders", nargs="*", default=None)
     ap.add_argument("--jitter", type=float, nargs="*", default=[0.0, 0.02, 0.05])
+    ap.add_argument("--cta-spread", type=float, default=0.0)
     ap.add_argument("--l2-mb", type=float, nargs="*", default=[50.0])
     ap.add_argument("--walks", nargs="*", default=["static", "dynamic"])
     args = ap.parse_args()
@@ -282,7 +285,7 @@ def main() -> None:
             for jit in args.jitter:
                 for l2 in args.l2_mb:
                     r = simulate(g, te, order, Walk(dynamic=walk_name == "dynamic", jitter=jit,
-                                                    seed=args.seed), int(l2 * (1 << 20)))
+                                                    cta_spread=args.cta_spread, seed=args.seed), int(l2 * (1 << 20)))
                     mi = r["miss"]
                     print(f"| {name} | {walk_name} | {jit} | {l2:g} | {r['dram'] / 1e9:.1f} "
                           f"({(mi['B'] + mi['Bs']) / 1e9:.1f} / {(mi['A'] + mi['As']) / 1e9:.2f}"
