@@ -1109,6 +1109,14 @@ def fp8_variants() -> dict:
             "split_smem_tma_dyn": replace(FP8_PREFILL_SPLIT_SMEM_TMA, scheduler="dynamic"),
             "split_smem_tma_dyn_fusedq": replace(FP8_PREFILL_SPLIT_SMEM_TMA, scheduler="dynamic",
                                                  quantize_out=True),
+            # the dynamic walk m-tile by m-tile (group_m 1: an m-tile's n-tiles drawn
+            # together, its A box read once while an expert's weight tiles stay in L2 for
+            # its next m-tile): the least modeled DRAM traffic of the existing orders at
+            # T = 16384 (scripts/moe_l2_model.py: gate-up ~8.6 GB against the dynamic
+            # default's ~11.1 and the static walk's 21-28 measured; docs/perf/moe.md
+            # 2026-12-07). Not measured
+            "split_smem_tma_dyn_g1": replace(FP8_PREFILL_SPLIT_SMEM_TMA, scheduler="dynamic",
+                                             group_m=1),
             # the persistent walk on fewer SMs (DeepGEMM picks the fewest SMs that keep the
             # waves: less L2 contention and clock drop under fp8 load; the dense kernel's
             # "128 SMs" variant led at 2 of 5 shapes, docs/perf/fp8.md)
