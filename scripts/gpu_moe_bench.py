@@ -1111,10 +1111,11 @@ def fp8_variants() -> dict:
                                                  quantize_out=True),
             # the dynamic walk m-tile by m-tile (group_m 1: an m-tile's n-tiles drawn
             # together, its A box read once while an expert's weight tiles stay in L2 for
-            # its next m-tile): the least modeled DRAM traffic of the existing orders at
-            # T = 16384 (scripts/moe_l2_model.py: gate-up ~8.6 GB against the dynamic
-            # default's ~11.1 and the static walk's 21-28 measured; docs/perf/moe.md
-            # 2026-12-07). Not measured
+            # its next m-tile). A probe of scripts/moe_l2_model.py's L2 reading more than a
+            # candidate: the model gives its gate-up ~8.6 GB with one 50 MB LRU but ~22.9 GB
+            # with 25 MB a partition, against the dynamic default's ~11.1 / ~11.8 (T = 16384;
+            # the static walk measured 21-28 GB; docs/perf/moe.md 2026-12-07): ncu's DRAM
+            # bytes of the two tell which reading holds. Not measured
             "split_smem_tma_dyn_g1": replace(FP8_PREFILL_SPLIT_SMEM_TMA, scheduler="dynamic",
                                              group_m=1),
             # the persistent walk on fewer SMs (DeepGEMM picks the fewest SMs that keep the
