@@ -2,8 +2,6 @@
 expert path (compiled, verified) against the float64 reference, for the family's decode point
 with K splits and deeper rings and a prefill point with the TMA-store epilogue in CTA pairs."""
 
-import importlib
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -21,8 +19,7 @@ pytestmark = hopper_only()
 def test_family_pair_matches_float64(T, E, k, H, I, kw):
     from argus.agent.families import get_family
     from argus.agent.families.moe import moe_task
-
-    M = importlib.import_module("argus.ops.moe")
+    from argus.ops import moe_module as M
     fam = get_family("moe")
     t = moe_task(T, H, I, E, k)
     p = {**fam.default_params(t), **kw}

@@ -3,8 +3,6 @@ path (compiled, verified) against float64 (argus.ops.moe.reference_fp8), for its
 (the split 128 x 256 with smem scales and the TMA store) and a 128 x 128 neighbour with the TMA
 store, at I = 768 (the down's weight scales padded for the scale boxes). Not run on a GPU yet."""
 
-import importlib
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -20,9 +18,8 @@ pytestmark = hopper_only()
 def test_family_schedule_matches_float64(kw):
     from argus.agent.families import get_family
     from argus.agent.families.moe_fp8 import moe_fp8_task
+    from argus.ops import moe_module as M
     from tests.gpu.test_moe_fp8_gpu import _fp8_layer
-
-    M = importlib.import_module("argus.ops.moe")
     fam = get_family("moe_fp8")
     T, E, k, H, I = 1500, 16, 4, 1024, 768
     t = moe_fp8_task(T, H, I, E, k)

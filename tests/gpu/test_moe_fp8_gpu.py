@@ -250,12 +250,10 @@ def test_moe_fp8_kept_scale_operands_replay_and_see_updates(form):
     kept operands, a call after an in-place update of the scales equals a fresh call on new
     tensors bit for bit, and a captured graph re-derives them from the scales' current values
     at each replay (tests/moe/test_moe_fp8_scale_cache.py runs the host side on the CPU)."""
-    import importlib
 
     from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as S
     from argus.ops import moe
-
-    M = importlib.import_module("argus.ops.moe")
+    from argus.ops import moe_module as M
     T, E, k, H, I = 64, 8, 2, 640, 768
     x, _, w13, s13, w2, s2 = _fp8_layer(T, E, H, I, seed=31, form=form)
     g = torch.Generator(device="cuda").manual_seed(32)

@@ -77,12 +77,10 @@ def test_moe_precomputed_routing_with_empty_experts(schedule):
 ])
 def test_moe_decode_matches_float64(T, E, k, H, I):
     """T <= 64 takes the swap-AB decode GEMMs (argus.ops.moe.decode_schedules)."""
-    import importlib
 
     from argus.ops import moe
+    from argus.ops import moe_module as M
     from argus.ops.moe import reference
-
-    M = importlib.import_module("argus.ops.moe")
     gate_up, down = M.decode_schedules(T, k, E, H, I)
     assert gate_up.swap_ab and down.swap_ab
     x, w13, w2, logits = _layer(T, E, H, I, seed=T + E + 100)
@@ -155,12 +153,10 @@ def test_moe_decode_replays_with_new_contents(T, E, k, H, I, scoring):
     routing, give the right answer on every call (a replay that launched nothing would leave
     the previous output, the wrong one), and only the first call recorded plans: the other
     three replayed them."""
-    import importlib
 
     from argus.ops import moe
+    from argus.ops import moe_module as M
     from argus.ops.moe import reference
-
-    M = importlib.import_module("argus.ops.moe")
     M._WORKSPACES.clear()          # no plans recorded by earlier tests at reused addresses
     x, w13, w2, logits = _layer(T, E, H, I, seed=70 + T)
     kw = dict(scoring="sigmoid", num_expert_group=8, topk_group=4, routed_scaling_factor=2.5) \

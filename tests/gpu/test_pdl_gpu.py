@@ -114,11 +114,9 @@ def test_moe_decode_layer_with_pdl_is_bit_exact_and_timed(splits):
     """The MoE decode experts (Qwen3-30B-A3B's shape at one token: H 2048, I 768, E 128,
     k 8) with the decode GEMMs' PDL flag (MoeSchedule.pdl) on give the same bits as with it off,
     call after call; prints the time of one call both ways (CUDA events, 200 calls)."""
-    import importlib
 
     from argus.kernels.moe import decode_schedule
-
-    M = importlib.import_module("argus.ops.moe")
+    from argus.ops import moe_module as M
     T, H, I, E, k = 1, 2048, 768, 128, 8
     g = torch.Generator().manual_seed(2)
     w13 = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).bfloat16().cuda()

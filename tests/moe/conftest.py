@@ -15,7 +15,6 @@ without spills (test_moe_unit_grid.py, test_moe_dynamic_walk.py)."""
 
 from __future__ import annotations
 
-import importlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -25,7 +24,7 @@ import torch
 from argus.compiler import lower_only
 from tests.moe.test_moe_interp import _ids_skewed, _weights
 
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M
 
 
 class _Plan:

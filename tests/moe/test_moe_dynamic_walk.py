@@ -9,7 +9,6 @@ pair_multicast, decode, persistent=False, the bf16 kernel, a kernel built for th
 walk); the verifier with zero findings and what the static kernels prove; NVRTC builds for
 sm_90a without spills."""
 
-import importlib
 from dataclasses import replace
 
 import pytest
@@ -29,7 +28,7 @@ from argus.runtime import nvrtc_available
 from tests.moe.conftest import assert_builds_without_spills
 from tests.moe.test_moe_unit_grid import _bits, _layer
 
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M
 
 
 def _dyn(s):

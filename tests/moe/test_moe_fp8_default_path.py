@@ -11,7 +11,6 @@ scales padded to 4), per-tensor and per-expert scales (broadcast, then padded), 
 with many rows, T just below the small-tile threshold and past the unit grid's. In the interpreter against float64
 (reference_fp8) and bit-identical to the global-scale 128 x 128 FP8_PREFILL."""
 
-import importlib
 from dataclasses import replace
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL
 
 torch = pytest.importorskip("torch")
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M  # noqa: E402
 
 from tests.moe.test_moe_fp8_layer import _problem, _rel  # noqa: E402
 

@@ -8,7 +8,6 @@ kernels (smem and global scales), persistent wrap-around; two seeded formula bug
 that check (amax of the unrounded fp32 values, the scale written one row down); the
 schedule's checks; the verifier with zero findings; NVRTC builds for sm_90a without spills."""
 
-import importlib
 import re
 from dataclasses import replace
 
@@ -24,7 +23,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT, FP8_PREFILL_SPLIT_SMEM,
 from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M  # noqa: E402
 
 from tests.moe.test_moe_fp8_layer import _problem, _rel  # noqa: E402
 

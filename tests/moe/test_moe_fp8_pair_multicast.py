@@ -6,7 +6,6 @@ experts, an odd m-tile count (the last pair's second CTA has no m-tile) and zero
 both GEMMs, with quantize_out and skip_pad_halves; lowering's byte count of the two guarded
 forms; the schedule's checks; the verifier with zero findings; NVRTC sm_90a without spills."""
 
-import importlib
 from dataclasses import replace
 
 import pytest
@@ -18,7 +17,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, MoeFp8Schedule,
 from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M  # noqa: E402
 
 from tests.moe.test_moe_fp8_layer import _fp8_weights, _rel  # noqa: E402
 

@@ -16,14 +16,12 @@ Forms: one element, [E], [E, N/128, K/128] blocks; K/128 = 3, 5 and 6 (the gate-
 down's), beside a K/128 = 4 GEMM whose block scales are read in place (the stub tests: every
 form at every size; the interpreter's: four of them, at small sizes)."""
 
-import importlib
-
 import pytest
 
 from argus.kernels.moe_fp8 import FP8_PREFILL, FP8_PREFILL_SPLIT_SMEM_TMA, GROUP
 
 torch = pytest.importorskip("torch")
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M  # noqa: E402
 
 from tests.moe.conftest import stub_launches  # noqa: E402
 from tests.moe.test_moe_fp8_layer import _problem  # noqa: E402

@@ -7,7 +7,6 @@ padded to 4 or not, both epilogues, persistent wrap-around); a seeded swap of th
 weight scales is seen; the schedule's checks; the verifier with zero findings (TMA boxes
 16-byte aligned: tma.inner-align proven); NVRTC builds for sm_90a without spills."""
 
-import importlib
 import re
 from dataclasses import replace
 
@@ -26,7 +25,7 @@ from argus.ops.quantize_fp8 import reference as quantize_reference
 from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M  # noqa: E402
 
 from tests.moe.test_moe_fp8_interp import activations  # noqa: E402
 from tests.moe.test_moe_fp8_layer import _rel  # noqa: E402

@@ -6,7 +6,6 @@ wrong half's weight scale is seen by that check (gate-up planes swapped, the dow
 taking the first half's weight block); the schedule's checks and repr; the op takes it as an
 explicit schedule; the verifier with zero findings; NVRTC builds for sm_90a without spills."""
 
-import importlib
 import re
 from dataclasses import replace
 
@@ -20,7 +19,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL, FP8_PREFILL_SPLIT, FP8_PREFILL_S
 from argus.runtime import nvrtc_available
 
 torch = pytest.importorskip("torch")
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M  # noqa: E402
 
 from tests.moe.test_moe_fp8_layer import _problem, _rel  # noqa: E402
 

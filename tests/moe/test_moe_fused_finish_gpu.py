@@ -34,13 +34,10 @@ def _routing(logits, k):
 
 @pytest.mark.parametrize("splits", [2, 4])
 def test_fused_split_finish_at_qwen3_one_token(splits):
-    import importlib
-
     from argus.kernels.moe import decode_schedule
     from argus.ops import moe
+    from argus.ops import moe_module as M
     from argus.ops.moe import reference
-
-    M = importlib.import_module("argus.ops.moe")
     T, E, k, H, I = 1, 128, 8, 2048, 768
     rule_gate_up, down = M.decode_schedules(T, k, E, H, I)
     fused = (decode_schedule(rule_gate_up.bn, split_k=splits, fused_finish=True), down)

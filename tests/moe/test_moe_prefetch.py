@@ -11,7 +11,6 @@ the interpreter, and the op launches the permute with PDL before such a gate-up 
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import replace
 
 import pytest
@@ -24,7 +23,7 @@ from argus.ir import ops as O
 from argus.kernels import moe_routing as R
 from argus.kernels.moe import decode_schedule, grouped_gemm_kernel
 
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M
 
 CASES = [(True, False, 8, 1), (False, False, 8, 1), (True, True, 8, 4), (False, True, 16, 2)]
 

@@ -7,7 +7,6 @@ time, and close to float64; at Qwen3-30B-A3B's sizes (T = 1, 16; gate-up whole a
 and Mixtral's (T = 1). The same with the combine launched with PDL after the down
 (MoeSchedule.pdl_combine), with and without the prefetch."""
 
-import importlib
 from dataclasses import replace
 
 import pytest
@@ -18,7 +17,7 @@ from tests.gpu import hopper_only  # noqa: E402
 
 pytestmark = hopper_only()
 
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M  # noqa: E402
 
 
 @pytest.mark.parametrize("model,T,splits,mode", [

@@ -10,7 +10,6 @@ bench's bookkeeping (padded rows, kernel groups, table) is checked on made-up nu
 from __future__ import annotations
 
 import collections
-import importlib
 import importlib.util
 import re
 from dataclasses import replace
@@ -32,7 +31,7 @@ from tests.loading import load_script
 bench = load_script("gpu_moe_bench")
 needs_nvrtc_early = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
 
-M = importlib.import_module("argus.ops.moe")   # the module (argus.ops.moe is the function)
+from argus.ops import moe_module as M  # noqa: E402
 FAST = replace(PREFILL_GATE_UP_S4, fast_silu=True)
 # the rule's gate-up with the branch-free SiLU (MoeSchedule.rsqrt_silu), with the SFU's
 # exponential (fast_silu) and with expf

@@ -5,13 +5,12 @@ and a call without `out` records nothing. Here on the CPU, with the
 launcher replaced by one that records what it would launch and plans that count their calls
 (tests/gpu/test_moe_gpu.py runs the real replay against float64)."""
 
-import importlib
 from collections import OrderedDict
 
 import pytest
 import torch
 
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M
 
 from tests.moe.conftest import stub_launches  # noqa: E402
 

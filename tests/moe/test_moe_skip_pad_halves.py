@@ -11,7 +11,6 @@ a seeded skip of a warpgroup holding one routed row is seen; the schedule's chec
 verifier with zero findings; NVRTC builds for sm_90a without spills. The seeded skip that
 also drops its stage releases is tests/mutations/moe_mutations.py's."""
 
-import importlib
 from dataclasses import replace
 
 import pytest
@@ -30,7 +29,7 @@ from argus.runtime import nvrtc_available
 
 from tests.moe.test_moe_fp8_layer import _fp8_weights, _rel
 
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M
 
 # expert rows: last m-tiles of 72 (> 64), 64 (exactly: the second warpgroup skips), 65 (one
 # routed row in the second warpgroup), a zero-row expert, 2 and 1 (<= 64)

@@ -9,7 +9,6 @@ padding included), gate-up and down, bf16 and fp8, with and without clusters, wi
 experts; the schedule's refusals (decode, PDL and its kin, ping-pong); the verifier with zero
 findings; NVRTC builds for sm_90a without spills."""
 
-import importlib
 from dataclasses import replace
 
 import pytest
@@ -31,7 +30,7 @@ from tests.moe.conftest import assert_builds_without_spills
 from tests.moe.test_moe_fp8_layer import _rel
 from tests.moe.test_moe_skip_pad_halves import _experts, _routing
 
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M
 
 # expert rows: a zero-row expert (the grid then has units no CTA finds), a one-row expert, a
 # tail of 65 rows (the second warpgroup holds one routed row)

@@ -6,8 +6,6 @@ routing's contract route(r) == tile_expert(r // BM)); the permute writes distinc
 (store.coords on `token`, given token_of(position(i)) == i // k). The seeded bugs are in
 tests/mutations/moe_mutations.py."""
 
-import importlib
-
 import pytest
 
 import argus as ag
@@ -18,7 +16,7 @@ from argus.runtime import nvrtc_available
 from argus.kernels.moe import (PREFILL, PREFILL_CLUSTER, PREFILL_TMA, PREFILL_TMA_CLUSTER, SMALL,
                               TINY, decode_schedule, grouped_gemm_kernel, split_finish_kernel)
 
-M = importlib.import_module("argus.ops.moe")
+from argus.ops import moe_module as M
 
 KERNELS = [
     ("gate_up 128x256", lambda: (grouped_gemm_kernel(True), dict(s=PREFILL))),
