@@ -14,7 +14,8 @@ R (never bit-vector division: S = 3 takes seconds there, §3.6):
                   a role whose warpgroups take turns without pipe.skip (_turns: fewer
                   empty-barrier arrivals than warpgroups, consume steps under a condition
                   on the warpgroup) each warpgroup's counter too (_turn_obligations; its
-                  sums paired by the same rule);
+                  sums paired by the same rule, a producer's trip count x its steps per
+                  unit too);
   pipe.arrivals   empty-barrier init count = consumer warpgroups that arrive per step (for
                   turns without pipe.skip: the warpgroups consume count x the producer's
                   steps together, sums paired iteration by iteration, _Pair with times);
@@ -395,14 +396,20 @@ class _Pair:
     (Model.steps_over), so a claim about the totals holds only given their equality
     (`given`): stated as an implication inside the claim, never as a premise, so the pairing
     claims are proven without it. `label` names the pair in the claims ("warpgroup 1: " for
-    one warpgroup's count)."""
+    one warpgroup's count).
+
+    A producer that runs the same steps in every iteration of its walk counts no sum but a
+    trip count times them (Model.trip_steps): `trip` = (trip, per) reads a = trip x per as
+    the sum Σ_{0 <= t < trip} per, paired by the same claims (a ping-pong role whose
+    warpgroups take turns on the units of the producer's walk, each counting its own)."""
 
     model: Model
     t: z3.ArithRef          # the iteration index the per-iteration claim is about
-    a: z3.ExprRef           # the producer's sum
+    a: z3.ExprRef           # the producer's sum (or trip count x steps: `trip`)
     bs: tuple               # the consumers' sums
     label: str = ""
     times: int = 1
+    trip: tuple | None = None   # (trip, per iteration) when a is a trip count's steps
 
     def _scaled(self, term):
         return term if self.times == 1 else self.times * term
@@ -410,13 +417,23 @@ class _Pair:
     def _added(self, terms: list):
         return terms[0] if len(terms) == 1 else z3.Sum(terms)
 
+    def _span(self) -> tuple:
+        """The producer's iterations [lo, hi)."""
+        if self.trip is not None:
+            return z3.IntVal(0), self.trip[0]
+        return self.a.children()[0], self.a.children()[1]
+
+    def _made(self, t):
+        """The producer's steps at iteration index t."""
+        return self.trip[1] if self.trip is not None else _per_iteration(self.model, self.a, t)
+
     def claims(self) -> list:
-        lo, hi = self.a.children()[0], self.a.children()[1]
+        lo, hi = self._span()
         same = [z3.And(lo == b.children()[0], hi == b.children()[1]) for b in self.bs]
         return [(self.label + "same iterations", same[0] if len(same) == 1 else z3.And(same)),
                 (self.label + "same steps in every iteration",
                  z3.Implies(z3.And(self.t >= lo, self.t < hi),
-                            self._scaled(_per_iteration(self.model, self.a, self.t)) ==
+                            self._scaled(self._made(self.t)) ==
                             self._added([_per_iteration(self.model, b, self.t)
                                          for b in self.bs])))]
 
@@ -438,8 +455,7 @@ class _Pair:
     def at(self, zm) -> tuple:
         """(the iteration index, the producer's steps in it, the consumers' together) in a
         model."""
-        return (value(zm, self.t), value(zm, _per_iteration(self.model, self.a, self.t)),
-                sum(self.each(zm)))
+        return value(zm, self.t), value(zm, self._made(self.t)), sum(self.each(zm))
 
 
 def _pair_sums(model: Model, tp, tcs: list, label: str = "", t=None, times: int = 1):
@@ -450,14 +466,29 @@ def _pair_sums(model: Model, tp, tcs: list, label: str = "", t=None, times: int 
     one sum (a causal persistent walk's unit loop, whose per-unit count is the tile's KV
     blocks in the producer and, with own_blocks, a warpgroup's blocks plus its unread
     releases in the consumer), else a reason (several sums: which to pair with which is not
-    read off the terms). `t`: the pair's iteration index (a fresh one if None)."""
+    read off the terms). `t`: the pair's iteration index (a fresh one if None). A producer
+    count that is no sum but a trip count times the steps of every iteration
+    (_trip_steps) is paired as the sum of those steps over the trip count."""
     sp, scs = _sums(model, tp), [_sums(model, tc) for tc in tcs]
     if all({x.get_id() for x in sp} == {x.get_id() for x in sc} for sc in scs):
         return None
-    if len(sp) != 1 or any(len(sc) != 1 for sc in scs):
+    trip = _trip_steps(model, tp) if not sp else None
+    if (len(sp) != 1 and trip is None) or any(len(sc) != 1 for sc in scs):
         return "several sums"
-    return _Pair(model, t if t is not None else fresh_int("iteration"), sp[0],
-                 tuple(sc[0] for sc in scs), label, times)
+    return _Pair(model, t if t is not None else fresh_int("iteration"),
+                 sp[0] if sp else tp, tuple(sc[0] for sc in scs), label, times, trip)
+
+
+def _trip_steps(model: Model, tp):
+    """(trip, per iteration) when the step count tp is exactly a loop's trip count times the
+    steps of each of its iterations (Model.trip_steps: a producer whose walk runs the same
+    steps per unit), else None (other steps beside it: the pairing would not account for
+    them)."""
+    found = [model.trip_steps[x.get_id()] for x in subterms(tp)
+             if x.get_id() in model.trip_steps]
+    if len(found) != 1 or not z3.eq(z3.simplify(tp - found[0][0]), z3.IntVal(0)):
+        return None
+    return found[0][1], found[0][2]
 
 
 def _unrolled(model: Model, term):
@@ -621,7 +652,8 @@ def _turn_obligations(model: Model, pipe: PipeInfo, role: O.RoleOp, pr, tp, tc,
     units the warpgroups take in turns) are paired with the producer's iteration by
     iteration, as pipe.totals pairs them (_pair_sums): the warpgroups' sums together against
     c x the producer's, each warpgroup's against the producer's; a violated pairing names
-    the iteration and its counts.
+    the iteration and its counts. A producer that runs the same steps in every unit counts
+    the walk's trip count times them, paired the same way (_Pair's trip form).
 
     Without pipe.skip both hold only for W = 1, so every such role is refuted; the findings
     say which of the two is wrong (a turn condition, or the missing skip) and where."""

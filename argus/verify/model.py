@@ -118,6 +118,7 @@ class Model:
         self.def_ops: dict[int, Op] = {}
         self._nest_decisions: dict[tuple, tuple] = {}   # see _same_loop_nest
         self.step_sums: dict[str, tuple] = {}   # see steps_over
+        self.trip_steps: dict[int, tuple] = {}  # see transfer/control.py for_
         Memo.building += 1   # records computed during the walk are not memoized
         try:
             self._build()

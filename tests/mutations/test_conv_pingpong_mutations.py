@@ -5,8 +5,10 @@ caught by the verifier, and where the kernel still builds, by the interpreter to
 
   * the skip missing (the warpgroup whose turn it is not does not move its step counter past
     the other's K steps): its next unit reads the other's slots; the verifier reports errors
-    (a stored element whose tags are another tile's), lowering refuses it (two warpgroups
-    release each step of a ring of one release);
+    (a stored element whose tags are another tile's; pipe.totals: a warpgroup's counter
+    misses the other's unit, named with its iteration, where the producer's count is the
+    walk's trip count x K steps: check_pipeline._Pair's trip form), lowering refuses it (two
+    warpgroups release each step of a ring of one release);
   * one warpgroup takes every unit (the turn always 0): ordered.turns (warpgroup 0 enters
     the "mma" section twice in a row, waiting on warpgroup 1's turn that never comes); the
     interpreter reports the deadlock;
@@ -16,6 +18,8 @@ caught by the verifier, and where the kernel still builds, by the interpreter to
     accumulator row of the implicit GEMM carries no output-pixel tag for store.coords to
     compare with the row it is stored to (the same holds for the cooperative kernel's
     warpgroups; the receptive-field assertion speaks of A's rows, not of the store)."""
+
+import re
 
 import pytest
 import torch
@@ -62,7 +66,12 @@ def _first_block_twice(monkeypatch):
     monkeypatch.setattr(WS.OperandRing, "mma_tile", mma_tile)
 
 
-BUGS = [(_no_skip, None), (_one_warpgroup, "ordered.turns"), (_out_of_order, "ordered.turns")]
+# (seed, the error code expected, what its message says: None for any)
+BUGS = [(_no_skip, "pipe.totals",
+         r"warpgroup (\d) of consumer role 'consumer'.* counts 0 steps in iteration \d+ of its "
+         r"outer loop but the producer role 'producer' produces 9 .*so warpgroup \1's step n "
+         r"waits on slot n % S"),
+        (_one_warpgroup, "ordered.turns", None), (_out_of_order, "ordered.turns", None)]
 IDS = ["no_skip", "one_warpgroup_takes_every_unit", "turns_out_of_order"]
 
 
@@ -70,14 +79,18 @@ def _report(found):
     return [f"{d.severity} {d.code}: {d.message[:120]}" for d in found]
 
 
-@pytest.mark.parametrize("seed,code", BUGS, ids=IDS)
-def test_pingpong_bug_is_a_verifier_error(monkeypatch, seed, code):
+@pytest.mark.parametrize("seed,code,says", BUGS, ids=IDS)
+def test_pingpong_bug_is_a_verifier_error(monkeypatch, seed, code, says):
     seed(monkeypatch)
     found = verify.check(K.conv_kernel.__wrapped__(), geom=GEOM, s=PP)
-    errors = [d for d in found if d.severity == "error"]
+    errors = [d for d in found if d.severity == "error" and d.code == code]
     assert errors, _report(found)
-    if code is not None:
-        assert any(d.code == code for d in errors), _report(found)
+    if says is not None:
+        assert any(re.search(says, d.message) for d in errors), _report(found)
+    # every pipeline claim decided: the turns' counts are paired unit by unit (the producer's
+    # trip count x K steps against each warpgroup's sum), none left unknown
+    assert not [d for d in found if d.severity == "unknown" and d.code.startswith("pipe.")], \
+        _report(found)
 
 
 def test_the_clean_kernel_has_no_errors():

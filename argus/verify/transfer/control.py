@@ -24,7 +24,7 @@ from argus.ir import ops as O
 from argus.ir.types import ScalarType
 from argus.verify.tagdomain import (Record, Substitution, TagVal, fresh_int, joined_via,
                                     mentions, reduce_over)
-from argus.verify.transfer.domain import (Rule, TileState, VarInfo, _is_zero, _num,
+from argus.verify.transfer.domain import (Rule, TileState, VarInfo, _is_z3, _is_zero, _num,
                                           _same, _Unsupported)
 from argus.verify.transfer.values import FACTS
 
@@ -131,8 +131,13 @@ def for_(m: Model, op: O.For, scopes, role, counters, following) -> None:
             m.tiles[vid] = _summarize(m.tiles[vid], var, start, stop, op.loc)
     for pid, n in per.items():
         if not _is_zero(n):
-            counters[pid] = _num(counters.get(pid, 0)) + (
-                m.steps_over(op, n) if pid in varying else trip * n)
+            steps = m.steps_over(op, n) if pid in varying else trip * n
+            if pid not in varying and _is_z3(trip):
+                # (steps, trip, per iteration): the same steps in every iteration of a walk,
+                # which check_pipeline pairs with a step sum over the same walk iteration by
+                # iteration (_Pair: a role whose warpgroups take turns on the units)
+                m.trip_steps[steps.get_id()] = (steps, _num(trip), _num(n))
+            counters[pid] = _num(counters.get(pid, 0)) + steps
 
 
 def _counter_lemmas(index, trip, step, counts) -> tuple:
