@@ -69,3 +69,24 @@ def mainloop(r: Ring, wg, acc) -> None:
     for k in ag.range(r.k_tiles):
         with r.ring.consume() as st:
             ag.wgmma(r.sA[st].rows_of(wg * 64, 64), r.sB[st], acc)
+
+
+def unit_steps(u):
+    """The K steps of unit u of the walk kernels: they vary with the unit."""
+    return u % 3 + 1
+
+
+def produce_walk(r: Ring, A, B, *walk, steps=unit_steps) -> None:
+    """The producer role of a walk over units: unit u loads steps(u) K steps of A's rows and
+    B's first columns (unit_steps: varying with the unit), `walk` is ag.range's arguments
+    over the units. Its count is a sum over the unit loop (Model.steps_over), or with steps
+    that are the same for every unit the walk's trip count times them, which check_pipeline
+    pairs with the consumers' unit by unit (walk_turn_kernels.py: warpgroups that take the
+    units in turns; walk_own_steps_kernels.py: cooperative warpgroups that consume their own
+    steps of each unit)."""
+    with ag.role("producer", warpgroups=1, regs=40):
+        for u in ag.range(*walk):
+            for k in ag.range(steps(u)):
+                with r.ring.produce() as st:
+                    ag.tma.load(r.sA[st], A, (r.pid_m * r.rows, k * BK))
+                    ag.tma.load(r.sB[st], B, (0, k * BK))

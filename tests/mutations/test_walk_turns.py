@@ -29,9 +29,10 @@ FILE = Path(P.__file__)
 SUBJECT = "the turns of consumer role 'consumer' vs producer"
 
 
-def _turns(bug, skip=False) -> dict:
+def _turns(bug, skip=False, **kw) -> dict:
     """The turns' obligations (pipe.arrivals, pipe.totals) of the kernel, run."""
-    obs, finds = check_pipeline.obligations(Model(P.make_walk_turns(bug, skip=skip).trace()))
+    obs, finds = check_pipeline.obligations(Model(P.make_walk_turns(bug, skip=skip,
+                                                                    **kw).trace()))
     assert not [f for f in finds if f.code.startswith("pipe.") and f.status == "unknown"], \
         [(f.subject, f.message) for f in finds if f.status == "unknown"]
     return {ob.code: OB.run(ob, solver.Stats(), None) for ob in obs if SUBJECT in ob.subject}
@@ -79,3 +80,41 @@ def test_turns_without_skip_miss_a_unit_in_each_counter():
     assert made == it % 3 + 1 and per[w] == 0 and per[(it % 2)] == made and w != it % 2, wit
     assert f"counts 0 steps in iteration {it} of its outer loop" in out.message
     assert "pipe.skip" in out.message
+
+
+def _two(u):
+    return 2
+
+
+def test_turns_over_a_trip_count_producer_are_paired_unit_by_unit():
+    """The same 2 steps in every unit: the producer's count is the walk's trip count x 2
+    (Model.trip_steps), no sum, each warpgroup's a sum over its turns. Paired unit by unit
+    (_Pair's trip form) instead of the unknown it was: without pipe.skip each step is still
+    consumed once (pipe.arrivals proven) and a warpgroup's counter misses the other's unit,
+    named with its iteration; with pipe.skip both are proven."""
+    out = _turns(None, steps=_two)
+    assert out["pipe.arrivals"].status == "proven", out["pipe.arrivals"].message
+    bad = out["pipe.totals"]
+    assert bad.status == "violated", (bad.status, bad.message)
+    wit = bad.witness
+    per, made = wit["steps_by_warpgroup_in_iteration"], wit["producer_steps_in_iteration"]
+    w, it = wit["warpgroup"], wit["iteration_index"]
+    assert made == 2 and per[w] == 0 and per[it % 2] == 2 and w != it % 2, wit
+    assert f"counts 0 steps in iteration {it} of its outer loop" in bad.message
+    # with pipe.skip every warpgroup counts every unit: pipe.totals pairs the role's sum with
+    # the producer's trip count (_totals, the same trip form), proven
+    obs, finds = check_pipeline.obligations(Model(P.make_walk_turns(skip=True,
+                                                                    steps=_two).trace()))
+    totals = [OB.run(ob, solver.Stats(), None) for ob in obs if ob.code == "pipe.totals"]
+    assert totals and all(o.status == "proven" for o in totals), \
+        [(o.status, o.message) for o in totals]
+    assert not [f for f in finds if f.status != "proven"], [(f.code, f.message) for f in finds]
+
+
+def test_turn_one_step_more_over_a_trip_count_producer_names_the_unit():
+    out = _turns("one_step_more", steps=_two)["pipe.arrivals"]
+    assert out.status == "violated", (out.status, out.message)
+    wit = out.witness
+    per, made = wit["steps_by_warpgroup_in_iteration"], wit["producer_steps_in_iteration"]
+    assert made == 2 and sorted(per.values()) == [0, 3], wit
+    assert f"in iteration {wit['iteration_index']} of its outer loop" in out.message

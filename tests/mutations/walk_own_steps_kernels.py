@@ -22,12 +22,7 @@ def make_walk_own_steps(bug: str | None = None, stages: int = 2):
                        C: ag.Tensor["M", "N", ag.bf16]):
         r = G.ring_gemm(A, B, stages, n_tiles=UNITS_STEP)
         units = ag.cdiv(A.shape[1], BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for u in ag.range(r.pid_n, units, UNITS_STEP):
-                for k in ag.range(u % 3 + 1):
-                    with r.ring.produce() as st:
-                        ag.tma.load(r.sA[st], A, (r.pid_m * r.rows, k * BK))
-                        ag.tma.load(r.sB[st], B, (0, k * BK))
+        G.produce_walk(r, A, B, r.pid_n, units, UNITS_STEP)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, G.BN), ag.f32)
             for u in ag.range(r.pid_n, units, UNITS_STEP):

@@ -18,39 +18,37 @@ from tests.mutations import ring_gemm as G
 from tests.mutations.ring_gemm import BK
 
 
-def make_walk_turns(bug: str | None = None, stages: int = 2, skip: bool = True):
-    """Unit u (of cdiv(K, BK)) has u % 3 + 1 K steps, all consumed by warpgroup u % 2."""
+def make_walk_turns(bug: str | None = None, stages: int = 2, skip: bool = True,
+                    steps=G.unit_steps):
+    """Unit u (of cdiv(K, BK)) has steps(u) K steps (u % 3 + 1), all consumed by warpgroup
+    u % 2. steps=lambda u: 2: the same steps in every unit, the producer's count a trip
+    count (check_pipeline._Pair's trip form), each warpgroup's still a sum (its turns)."""
 
     @ag.kernel(name="walk_turns")
     def walk_turns(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
                    C: ag.Tensor["M", "N", ag.bf16]):
         r = G.ring_gemm(A, B, stages, rows=64, consumers=1, n_tiles=1)
         units = ag.cdiv(A.shape[1], BK)
-        with ag.role("producer", warpgroups=1, regs=40):
-            for u in ag.range(units):
-                for k in ag.range(u % 3 + 1):
-                    with r.ring.produce() as st:
-                        ag.tma.load(r.sA[st], A, (r.pid_m * r.rows, k * BK))
-                        ag.tma.load(r.sB[st], B, (0, k * BK))
+        G.produce_walk(r, A, B, units, steps=steps)
         with ag.role("consumer", warpgroups=2, regs=232) as wg:
             acc = ag.zeros((64, G.BN), ag.f32)
             for u in ag.range(units):
                 if bug == "one_step_more":
-                    steps = u % 3 + 2  # BUG:one_step_more
+                    n = steps(u) + 1  # BUG:one_step_more
                 else:
-                    steps = u % 3 + 1
+                    n = steps(u)
                 if bug == "both_take_a_unit":
                     mine = (u % 2 == wg) | (u % 3 == 0)  # BUG:both_take_a_unit
                 else:
                     mine = u % 2 == wg
                 with ag.when(mine):
                     with ag.ordered("mma"):
-                        for k in ag.range(steps):
+                        for k in ag.range(n):
                             with r.ring.consume() as st:
                                 ag.wgmma(r.sA[st], r.sB[st], acc)
                 if skip:
                     with ag.when(u % 2 != wg):
-                        r.ring.skip(steps)
+                        r.ring.skip(n)
             ag.store(C, (r.pid_m * r.rows, wg * G.BN), acc.to(ag.bf16))
 
     return walk_turns
