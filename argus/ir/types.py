@@ -82,16 +82,23 @@ class TileType:
     threads), "wgmma_acc" (the m64nNk16 accumulator fragment, INVARIANTS.md §2.1), "wgmma_a",
     and "slice(P,axis,n)" / "expand(P,axis)" / "squeeze(P,axis)" built from them; the grammar
     and the (thread, register) -> element map are argus.target.register_layouts.build.
+
+    `packed`: a bf16/f16 tile whose registers 2w and 2w + 1 are stored in one 32-bit word w
+    (low half first), the form wgmma's register A fragment reads; otherwise each element has
+    a float register of its own. lower/packed.py decides it (for a loop-carried A fragment,
+    whose float form costs twice the registers across the back edge); the layout, and so the
+    (thread, register) -> element map, is the same either way.
     """
 
     dtype: DType
     shape: tuple[int, ...]
     layout: str = ""
+    packed: bool = False
 
     def __str__(self) -> str:
         dims = "x".join(str(d) for d in self.shape)
         suffix = f", {self.layout}" if self.layout else ""
-        return f"tile<{self.dtype.name}, {dims}{suffix}>"
+        return f"tile<{self.dtype.name}, {dims}{suffix}{', packed' if self.packed else ''}>"
 
 
 @dataclass(frozen=True)
@@ -130,9 +137,10 @@ def parse_type(text: str) -> Type:
     m = re.fullmatch(r"smemview<(\w+), (\d+)x(\d+), swizzle=(\d+)>", text)
     if m:
         return SmemViewType(dtypes.from_name(m[1]), (int(m[2]), int(m[3])), int(m[4]))
-    m = re.fullmatch(r"tile<(\w+), " + _DIMS + r"(?:, ([\w(),]+))?>", text)
+    m = re.fullmatch(r"tile<(\w+), " + _DIMS + r"(?:, (?!packed>)([\w(),]+?))?(, packed)?>", text)
     if m:
-        return TileType(dtypes.from_name(m[1]), tuple(int(d) for d in _dims(m[2])), m[3] or "")
+        return TileType(dtypes.from_name(m[1]), tuple(int(d) for d in _dims(m[2])), m[3] or "",
+                        packed=bool(m[4]))
     m = re.fullmatch(r"pipe<(\d+)>", text)
     if m:
         return PipeType(int(m[1]))

@@ -1,14 +1,15 @@
 """Lowering: one pass per file, each Kernel -> Kernel, filling in the decisions codegen renders
 (and the verifier proves): TMA boxes, wgmma descriptors, the mbarrier protocol, scale-d
 accumulator zeroing, the shared memory plan, the role/register plan, where a promotion's carried
-update runs (carried.py), every synchronization op
+update runs (carried.py), which carried 16-bit A fragments are stored packed (packed.py),
+every synchronization op
 (sync.py) and, last, which threads of a role issue its work (elect.py)."""
 
 from __future__ import annotations
 
 from argus.ir.core import Kernel
-from argus.lower import (accumulators, carried, elect, pipeline, prefetch, roles, smem, sync,
-                         tma, wgmma)
+from argus.lower import (accumulators, carried, elect, packed, pipeline, prefetch, roles, smem,
+                         sync, tma, wgmma)
 
 PASSES = (
     ("tma_boxes", tma.run),
@@ -19,6 +20,7 @@ PASSES = (
     ("smem_plan", smem.run),
     ("role_plan", roles.run),
     ("carried_updates", carried.run),
+    ("packed_fragments", packed.run),
     ("sync", sync.run),
     ("elect", elect.run),
 )

@@ -85,6 +85,10 @@ def var(em: _Emitter, op: O.Var) -> None:
         em.names[op.result.id] = n
         return
     info = em.declare_tile(op.result, op.loc)
+    if info.packed:   # word copies (or the init's pairs packed): lower/packed.py
+        for w, e in enumerate(em.packed_words(op.init, info.layout)):
+            em.emit(f"{info.name}[{w}] = {e};")
+        return
     for i in range(info.layout.nregs):
         em.emit(f"{info.name}[{i}] = {em.tile_expr(op.init, i, info.layout)};")
 
@@ -95,6 +99,12 @@ def assign(em: _Emitter, op: O.Assign) -> None:
         em.emit(f"{em.name(op.dst)} = {em.name(op.src)};")
         return
     dst = em.tiles[op.dst.id]
+    if dst.packed:
+        # a packed variable's source is a stored word array of the same web or the inlined
+        # convert that makes it, which reads no register of the variable (lower/packed.py)
+        for w, e in enumerate(em.packed_words(op.src, dst.layout)):
+            em.emit(f"{dst.name}[{w}] = {e};")
+        return
     # every element of the source is read before any is written: when register i's new
     # value reads another register of the destination (a broadcast of its own row
     # maximum, a slice), the new values go through temporaries first

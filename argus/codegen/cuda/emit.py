@@ -185,6 +185,21 @@ class TileInfo:
     dtype: object
     virtual: object = None  # reg index -> C expression, when inlined
     name: str = ""
+    packed: bool = False    # stored as 32-bit words of two elements (TileType.packed)
+
+
+def unpack_c(word: str, half: int, dtype) -> str:
+    """Element `half` (0: the low 16 bits) of the packed bf16/f16 pair in `word`, as a float."""
+    if dtype.name == "bf16":
+        return f"ag::bf16x2_{'hi' if half else 'lo'}({word})"
+    bits = f"({word} >> 16)" if half else f"({word} & 0xFFFFu)"
+    return f"ag::f16_to_f32(ag::f16{{(ag::uint16_t){bits}}})"
+
+
+def pack_c(lo: str, hi: str, dtype) -> str:
+    """The packed bf16/f16 pair of float expressions `lo`, `hi` (each rounded to nearest)."""
+    pack = "ag::pack_bf16x2" if dtype.name == "bf16" else "ag::pack_f16x2"
+    return f"{pack}({strip_round(lo, dtype)}, {strip_round(hi, dtype)})"
 
 
 class _RuleNames(type):
@@ -251,13 +266,29 @@ class _Emitter(metaclass=_RuleNames):
                 raise CompileError(f"codegen cannot broadcast a {lay} tile into {result_layout} "
                                    "without a layout conversion (layout inference inserts one)")
             j = m[i]
-        if info.virtual is not None:
-            return info.virtual(j)
-        return f"{info.name}[{j}]"
+        return self.reg_expr(v, j)
 
     def reg_expr(self, v: Value, index: int) -> str:
         info = self.tiles[v.id]
-        return info.virtual(index) if info.virtual is not None else f"{info.name}[{index}]"
+        if info.virtual is not None:
+            return info.virtual(index)
+        if info.packed:
+            return unpack_c(f"{info.name}[{index // 2}]", index % 2, info.dtype)
+        return f"{info.name}[{index}]"
+
+    def packed_words(self, v: Value, layout) -> list[str]:
+        """The 32-bit words of tile `v` as a packed tile in `layout` (its own layout: words
+        are not broadcast): a packed tile's own registers, else its element pairs packed."""
+        info = self.tiles[v.id]
+        if info.layout != layout:
+            raise CompileError(f"codegen: the packed tile {v} is read in layout {layout}, not "
+                               f"its own {info.layout} (lower/packed.py packs only tiles of one "
+                               f"layout)")
+        n = layout.nregs // 2
+        if info.packed and info.virtual is None:
+            return [f"{info.name}[{w}]" for w in range(n)]
+        return [pack_c(self.reg_expr(v, 2 * w), self.reg_expr(v, 2 * w + 1), info.dtype)
+                for w in range(n)]
 
     def layout(self, t: TileType, loc) -> Lay:
         return layout_of(t, self.group_threads, loc, self.acc_names)
@@ -269,8 +300,15 @@ class _Emitter(metaclass=_RuleNames):
 
     def declare_tile(self, v: Value, loc) -> TileInfo:
         t: TileType = v.type
-        info = TileInfo(self.layout(t, loc), t.dtype, name=f"t{v.id}")
+        info = TileInfo(self.layout(t, loc), t.dtype, name=f"t{v.id}", packed=t.packed)
         self.tiles[v.id] = info
+        if t.packed:
+            if t.dtype.name not in ("bf16", "f16") or info.layout.nregs % 2:
+                raise CompileError(f"codegen: {v} is marked packed but is not a bf16/f16 tile "
+                                   f"of an even register count", loc,
+                                   fix="only lower/packed.py marks tiles packed")
+            self.emit(f"ag::uint32_t {info.name}[{info.layout.nregs // 2}];")
+            return info
         self.emit(f"{tile_c(t.dtype)} {info.name}[{info.layout.nregs}];")
         return info
 

@@ -131,12 +131,12 @@ def _wgmma_register_a(em: _Emitter, op: O.Wgmma, fence: O.WgmmaFence, ra: str = 
                 v = strip_round(em.reg_expr(op.a, 4 * kk + reg), dt)
                 em.emit(f"{ra}[{kk}][{r}] = __float_as_uint({v});")
     else:
-        pack = "ag::pack_bf16x2" if dt.name == "bf16" else "ag::pack_f16x2"
+        # word w of the fragment is registers 2w, 2w + 1: k16 step kk's four are 4kk .. 4kk+3
+        # (a packed tile's own words, lower/packed.py; else the pairs packed here)
+        words = em.packed_words(op.a, em.tiles[op.a.id].layout)
         for kk in range(k_steps):
             for r in range(4):
-                lo = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r), dt)
-                hi = strip_round(em.reg_expr(op.a, 8 * kk + 2 * r + 1), dt)
-                em.emit(f"{ra}[{kk}][{r}] = {pack}({lo}, {hi});")
+                em.emit(f"{ra}[{kk}][{r}] = {words[4 * kk + r]};")
     _b_descriptor(em, op)
     wgmma_fence(em, fence, k_steps, ra)
     return _issue(em, op, spec, lambda kk: f"{ra}[{kk}]")

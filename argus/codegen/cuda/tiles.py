@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 
-from argus.codegen.cuda.emit import TileInfo, _Emitter, c_float, literal_c, rule, tile_c
+from argus.codegen.cuda.emit import (TileInfo, _Emitter, c_float, literal_c, pack_c, rule,
+                                      tile_c)
 from argus.codegen.cuda.layouts import broadcast_map
 from argus.codegen.cuda.reduce import check_scratch
 from argus.errors import CompileError
@@ -179,6 +180,10 @@ def _define_pointwise(em: _Emitter, op, lay, expr) -> None:
         em.tiles[op.result.id] = TileInfo(lay, op.result.type.dtype, virtual=expr)
         return
     info = em.declare_tile(op.result, op.loc)
+    if info.packed:   # a convert of a carried A fragment (lower/packed.py): pairs packed
+        for w in range(lay.nregs // 2):
+            em.emit(f"{info.name}[{w}] = {pack_c(expr(2 * w), expr(2 * w + 1), info.dtype)};")
+        return
     for i in range(lay.nregs):
         em.emit(f"{info.name}[{i}] = {expr(i)};")
 

@@ -1,0 +1,99 @@
+"""Pass: store a loop-carried 16-bit wgmma A fragment packed, two elements a 32-bit register.
+
+A register tile keeps one float register per element whatever its dtype (bf16/f16 values are
+rounded floats, codegen/cuda/emit.tile_c); the register A operand of a wgmma is packed into
+32-bit pairs at the issue. For a value used right where it is made that costs nothing (the
+convert is inlined into the packing). A value carried across a region boundary (a `var` and
+its `assign`s: a loop's back edge, a pipeline step) is stored, though, and in the float form
+it costs twice the registers of the fragment the wgmma reads: FlashAttention's overlapped loop
+(kernels/attention.py, fa3_overlap) carries P_{j-1} to the next iteration's P V, block_n / 2
+float registers a thread against block_n / 4 packed (FA3 carries the packed fragment).
+
+Rule: the values joined by `var` (its init) and `assign` (dst and src) form a web. A web is
+packed (TileType.packed on every value of it) when it holds a `var` (something is carried),
+every value is a bf16/f16 tile in the wgmma accumulator layout (registers 2w and 2w + 1 are
+adjacent columns of one row: together one word of the A fragment, target/fragments.py
+wgmma_a_coord), every value is made by a `var` or a `convert` (the rounding happens where the
+pair is packed), and every use is a `var` init, an `assign`, or the register A operand of a
+wgmma. A web with any other use (elementwise math, a store, a slice) stays in float registers:
+its readers take elements. Only the representation changes, not a value: the interpreter and
+the verifier read the same program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from argus.ir import ops as O
+from argus.ir.core import Kernel, Value, map_kernel_values
+from argus.ir.types import TileType
+
+PACKABLE = ("bf16", "f16")
+A_FRAGMENT_LAYOUT = "wgmma_acc"
+
+
+def _webs(ops) -> list[set[int]]:
+    """The classes of value ids joined by var init and assign (union-find)."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for op in ops:
+        if isinstance(op, O.Var) and isinstance(op.result.type, TileType):
+            parent[find(op.result.id)] = find(op.init.id)
+        elif isinstance(op, O.Assign) and isinstance(op.dst.type, TileType):
+            parent[find(op.dst.id)] = find(op.src.id)
+    webs: dict[int, set[int]] = {}
+    for x in list(parent):
+        webs.setdefault(find(x), set()).add(x)
+    return list(webs.values())
+
+
+def _allowed_use(op: O.Op, v: Value) -> bool:
+    """`op` reads `v` in a way a packed tile serves: carried on, or read as a wgmma's A."""
+    if isinstance(op, O.Var):
+        return op.init.id == v.id
+    if isinstance(op, O.Assign):
+        return True
+    if isinstance(op, O.Wgmma):
+        return op.a.id == v.id and op.a_in_registers and op.acc.id != v.id \
+            and op.b.id != v.id
+    return False
+
+
+def packed_values(kernel: Kernel) -> set[int]:
+    """The ids of the values this pass stores packed (the module docstring's rule)."""
+    ops = list(kernel.walk())
+    defs = {r.id: op for op in ops for r in op.results()}
+    types = {r.id: r.type for op in ops for r in op.results()}
+    bad: set[int] = set()
+    for op in ops:
+        for v in op.operands():
+            if isinstance(v.type, TileType) and not _allowed_use(op, v):
+                bad.add(v.id)
+    out: set[int] = set()
+    for web in _webs(ops):
+        if not any(isinstance(defs.get(x), O.Var) for x in web) or web & bad:
+            continue
+        if all(isinstance(defs.get(x), (O.Var, O.Convert))
+               and isinstance(types.get(x), TileType) and types[x].dtype.name in PACKABLE
+               and types[x].layout == A_FRAGMENT_LAYOUT for x in web):
+            out |= web
+    return out
+
+
+def run(kernel: Kernel) -> Kernel:
+    packed = packed_values(kernel)
+    if not packed:
+        return kernel
+
+    def retype(v: Value) -> Value:
+        if v.id in packed:
+            return Value(v.id, dataclasses.replace(v.type, packed=True), v.hint)
+        return v
+
+    return map_kernel_values(kernel, retype)
