@@ -156,7 +156,12 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     the one-CTA-a-tile grid ("grid": persistent and early_q_release off on the default).
     "pfq" (implies "persistent"): prefetch_next_q, the walk's producer prefetching the Q tile
     of its next unit into L2 as each unit's loads start; e.g. "default+tma128+pfq" at head
-    dim 256, "default+pfq" at 128."""
+    dim 256, "default+pfq" at 128. "packp" (with FA3's overlap order: "default" at head dims
+    128 and 256, "fa3"): packed_p, P_{j-1} carried across the loop's back edge as the packed
+    bf16 A fragment (block_n / 4 registers) instead of fp32; with it FA3's wider key blocks
+    build with fewer spills, and "bnN" applies to "default" too: "default+packp+bn160" at
+    head dim 128 (no spills full, 12 B causal), "default+packp+bn176" (FA3's 128 x 176: 120 B
+    full; the TMA-store epilogue does not fit there, "+direct"), "default+packp+bn80" at 256."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -207,6 +212,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["early_q_release"] = True
     if "pfq" in parts:      # the walk's producer prefetches its next unit's Q into L2
         extra["prefetch_next_q"] = True
+    if "packp" in parts:    # P carried as the packed 16-bit A fragment (fa3_overlap)
+        extra["packed_p"] = True
     if "cl2" in parts and causal:
         raise ValueError("cl2: full masks only")
     if parts[0] == "default":
@@ -217,6 +224,9 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
             extra["early_q_release"] = False
         if "cl2" in parts and default_schedule(head_dim, causal, seq_len).tile_order == "lpt":
             extra["tile_order"] = "head"   # full masks: the order only moves L2 reuse
+        keys = [int(p[2:]) for p in parts if p.startswith("bn") and p[2:].isdigit()]
+        if keys:                # a key block size on the default (FA3's wider tiles, packp)
+            extra["block_n"] = keys[0]
         return dataclasses.replace(default_schedule(head_dim, causal, seq_len), **diet,
                                    **extra)
     if parts[0] == "occ2" and head_dim == 128:

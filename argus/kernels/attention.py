@@ -36,10 +36,11 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   softmax (S_j retired, P V not) and `wgmma.wait 0` at the V step's end, and keeps P_{j-1}'s
   packed A registers alive until then (fence.operands); that wait is pinned, so ptxas keeps
   the exp2 before it in the SASS too. P_{j-1} (fp32, packed into the A fragment at the issue)
-  is the loop-carried value. Proven like the plain loop: its synchronization (sync.*), and P's
-  key tags across the back edge (the verifier's loop model takes the carried P at iteration j
-  as the body's P of iteration j - 1, verify/transfer/control.py), the peeled last P V counted
-  with the loop's;
+  is the loop-carried value; with `packed_p` it is the packed bf16 fragment itself
+  (lower/packed.py: half the registers, what FA3's wider key blocks need). Proven like the
+  plain loop: its synchronization (sync.*), and P's key tags across the back edge (the
+  verifier's loop model takes the carried P at iteration j as the body's P of iteration
+  j - 1, verify/transfer/control.py), the peeled last P V counted with the loop's;
 * O /= l at the end (rows that saw no key are zeros), stored from registers or by stmatrix +
   TMA store; optionally LSE = ln(sum_j exp(scale * s_j)) per row (-inf for rows without keys).
 
@@ -233,6 +234,16 @@ class AttentionSchedule:
     # once the epilogue no longer covers it (the TMA store: stmatrix and ~1k cycles of the
     # last P V; docs/perf/attention.md, h290). A hint: the results do not depend on it
     prefetch_next_q: bool = False
+    # fa3_overlap only: carry P_{j-1} across the loop's back edge as P V's 16-bit A fragment,
+    # two elements a 32-bit register (lower/packed.py stores a carried bf16/f16 A fragment
+    # packed), block_n / 4 registers a thread, instead of fp32 (block_n / 2) packed at the
+    # issue; FA3 carries the packed fragment (tOrP). With O, S_j and P_{j-1} live together
+    # that is what FA3's 128 x 176 tile at head_dim 128 needs (NVRTC 13.0, two 240-register
+    # consumers: fp32 P spills 776 B at block_n 176, packed P 120 B; 160 builds clean
+    # full; hd256 128 x 80 spills 60 B with fp32 P and none packed, docs/perf/attention.md,
+    # h295). The softmax's exp2 stays between P V's issue and its wait in the SASS. Not the
+    # default until measured on a GPU
+    packed_p: bool = False
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -297,6 +308,9 @@ class AttentionSchedule:
             problems.append("early_q_release=True releases Q after the last S of FA3's "
                             "overlap order (the last P V is peeled after it): it needs "
                             "fa3_overlap=True")
+        if self.packed_p and not self.fa3_overlap:
+            problems.append("packed_p=True packs the P that FA3's overlap order carries across "
+                            "the loop's back edge: it needs fa3_overlap=True")
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -397,6 +411,9 @@ class AttentionSchedule:
             problems.append("ordered=True (ping-pong) keeps Q in registers, which the FP8 "
                             "kernel does not gather into the 8-bit A fragment: use the plain "
                             "loop or fa3_overlap")
+        if self.packed_p:
+            problems.append("packed_p=True carries P as a 16-bit A fragment; the FP8 kernel's "
+                            "P is e4m3, gathered from fp32 at the issue: leave packed_p out")
         return problems
 
 
@@ -993,29 +1010,34 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                         with v_pipe.consume() as vs:
                             o = pv(p, vs, o, alpha)
                 else:
+                    # the fa3 loop carries P_{j-1} across the back edge in fp32, packed into
+                    # the A fragment at the issue, or (packed_p) in P V's 16-bit A dtype,
+                    # which lower/packed.py stores as the fragment's words (half the
+                    # registers; without that pass a bf16 tile took a float register an
+                    # element, no fewer than fp32)
+                    carry = (lambda t: t.to(dt)) if s.packed_p else (lambda t: t)
                     if s.early_q_release:
                         # p and alpha live past Q's step (the last P V runs after it)
-                        p, alpha = ag.zeros((ROWS, BN)), ag.full((ROWS, 1), 1.0)
+                        p, alpha = carry(ag.zeros((ROWS, BN))), ag.full((ROWS, 1), 1.0)
                     with q_pipe.consume() as qs:
                         if s.fa3_overlap:
                             # FA3's order: P_{j-1} V_{j-1} is issued right behind S_j and
                             # stays in flight during the softmax of S_j (whose first read
-                            # waits for S_j alone); p carries P_{j-1} across the back edge in
-                            # fp32 and is converted into the packed A registers at the issue
-                            # (a bf16 tile carried instead costs a float register per element
-                            # beside the packed ones, and ptxas then retires P V early)
+                            # waits for S_j alone); p carries P_{j-1} (carry above)
                             # (p and alpha are rebound in the steps, so bound before them)
                             if not s.early_q_release:
-                                p, alpha = ag.zeros((ROWS, BN)), ag.full((ROWS, 1), 1.0)
+                                p, alpha = carry(ag.zeros((ROWS, BN))), ag.full((ROWS, 1), 1.0)
                             with k_pipe.consume() as ks:
                                 sc = scores(qs, ks)
                                 p, alpha, m_i, l_i = softmax(sc, 0, m_i, l_i)
+                                p = carry(p)
                             for j in ag.range(1, blocks):
                                 with k_pipe.consume() as ks:
                                     sc = scores(qs, ks)                      # S_j
                                     with v_pipe.consume() as vs:             # V_{j-1}
                                         o = pv(p, vs, o, alpha)
                                         p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
+                                        p = carry(p)
                             if not s.early_q_release:
                                 with v_pipe.consume() as vs:
                                     o = pv(p, vs, o, alpha)

@@ -235,6 +235,29 @@ def test_wide_candidate(D, causal):
     assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
 
 
+PACKED_P = [("default+packp", 128), ("default+packp+bn160", 128),
+            ("default+packp+bn176+direct", 128), ("default+packp+bn80", 256)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant,D", PACKED_P, ids=[f"{v}-d{d}" for v, d in PACKED_P])
+def test_packed_p_candidate(variant, D, causal):
+    """P carried as the packed bf16 A fragment (packed_p, h295) at FA3's wider key blocks
+    (bench variants `packp`, `bnN`): every 64-row block against float64, ragged lengths,
+    GQA 2:1."""
+    import argus.ops
+    from tests.loading import load_script
+
+    schedule = load_script("gpu_attention_bench").variant_schedule(variant, D, causal, 4096)
+    assert schedule.packed_p
+    q, k, v = _inputs(2, 4, 2, 1000, 1111, D, "bhsd", torch.bfloat16, seed=295 + D + causal)
+    out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(D))
+    err = (out.double() - want).abs()
+    per_block = [err[:, :, r:r + 64].max().item() for r in range(0, 1000, 64)]
+    assert max(per_block) < 2e-2, f"max abs error per 64-row block {per_block}"
+
+
 @pytest.mark.parametrize("scale", [None, -0.05], ids=["default-scale", "negative-scale"])
 @pytest.mark.parametrize("D,causal,S", [(64, False, 1000), (64, True, 1000), (64, True, 3000),
                                         (128, False, 1000), (128, True, 1000),

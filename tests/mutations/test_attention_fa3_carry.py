@@ -31,15 +31,17 @@ from argus.kernels.attention import attention_kernel, fa3_overlap_schedule
 from tests.mutations.corpus import ACC, rewrite
 
 
-def fa3_kernel(head_dim: int = 128, causal: bool = False):
+def fa3_kernel(head_dim: int = 128, causal: bool = False, packed_p: bool = False):
+    """packed_p: P carried as the packed bf16 A fragment (lower/packed.py), the same program"""
     return lower_only(attention_kernel(head_dim, ag.bf16, causal, False),
-                      s=fa3_overlap_schedule(head_dim, causal))
+                      s=dataclasses.replace(fa3_overlap_schedule(head_dim, causal),
+                                            packed_p=packed_p))
 
 
-def v_one_block_ahead(head_dim: int = 128):
+def v_one_block_ahead(head_dim: int = 128, packed_p: bool = False):
     """The kernel with the producer's V loads at key (j + 1) * BN instead of j * BN: a const
     BN and an add put in front of the V step's loads."""
-    kernel = fa3_kernel(head_dim)
+    kernel = fa3_kernel(head_dim, packed_p=packed_p)
     block_n = fa3_overlap_schedule(head_dim).block_n
     loads = [op for op in kernel.walk() if isinstance(op, O.TmaLoad)]
     v_loads = loads[-(head_dim // 64):]      # in order: Q's, K's, then V's column atoms
@@ -72,8 +74,9 @@ def test_fa3_overlap_schedule_verifies_clean(head_dim, causal):
     assert not errors, "\n".join(str(d) for d in errors)
 
 
-def test_v_one_block_ahead_is_caught_per_iteration():
-    report = verify.run(v_one_block_ahead())
+@pytest.mark.parametrize("packed_p", [False, True], ids=["fp32-p", "packed-p"])
+def test_v_one_block_ahead_is_caught_per_iteration(packed_p):
+    report = verify.run(v_one_block_ahead(packed_p=packed_p))
     hits = [d for d in report.errors if d.code == "wgmma.agree" and "A.sk == B.sk" in str(d)
             and all(k in d.counterexample for k in ACC + ("iteration",))]
     assert hits, [(d.code, d.message[:160]) for d in report.errors]
@@ -83,15 +86,17 @@ def test_v_one_block_ahead_is_caught_per_iteration():
     assert in_loop, [d.counterexample.get("iteration") for d in hits]
 
 
-def test_only_values_recomputed_each_iteration_are_shifted():
+@pytest.mark.parametrize("packed_p", [False, True], ids=["fp32-p", "packed-p"])
+def test_only_values_recomputed_each_iteration_are_shifted(packed_p):
     """Of the KV loop's carried tiles (m, l, O, P, alpha), only P and alpha are recomputed
     from the iteration's own S (and the other carried tiles); m, l and O read their own entry
-    value (a running max, sum, accumulator) and keep the loop summary."""
+    value (a running max, sum, accumulator) and keep the loop summary. The same with P
+    carried packed (bf16, a convert of the softmax's P)."""
     import types
 
     from argus.verify.transfer.control import _recomputed_values
 
-    kernel = fa3_kernel(128)
+    kernel = fa3_kernel(128, packed_p=packed_p)
     consumer = next(op for op in kernel.body.ops if isinstance(op, O.RoleOp)
                     and op.name == "consumer")
     loop = next(op for op in consumer.body.walk() if isinstance(op, O.For)

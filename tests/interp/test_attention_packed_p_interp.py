@@ -1,0 +1,32 @@
+"""packed_p (bench token "packp", h295: P_{j-1} carried across the fa3 loop's back edge as the
+packed bf16 A fragment) in the numpy interpreter against float64, at the wider key blocks it
+lets build (tests/unit/test_attention_packed_p.py has the lowering, CUDA, spill and token
+checks): FA3's 128 x 176 at head dim 128 (the direct epilogue: the TMA staging tile does not
+fit beside 176-key stages), 128 x 160 with the default's TMA-store epilogue, and head dim
+256's 128 x 80; ragged query and key lengths (a KV tail in a partial block, several blocks a
+tile so P crosses the back edge), GQA 2:1, the LSE, the causal diagonal."""
+
+import dataclasses
+
+import pytest
+
+from tests.interp.test_attention_interp import assert_close, run
+from tests.loading import load_script
+
+BENCH = load_script("gpu_attention_bench")
+
+CASES = [("default+packp+bn176+direct", 128, False, (1, 2, 1, 150, 400)),
+         ("default+packp+bn176+direct", 128, True, (1, 2, 1, 300, 400)),
+         ("default+packp+bn160", 128, False, (1, 2, 1, 150, 330)),
+         ("default+packp+bn160", 128, True, (2, 2, 1, 200, 330)),
+         ("default+packp+bn80", 256, True, (1, 2, 1, 200, 250))]
+
+
+@pytest.mark.parametrize("variant,head_dim,causal,shape", CASES,
+                         ids=[f"{c[0]}-d{c[1]}-{'causal' if c[2] else 'full'}" for c in CASES])
+def test_packed_p_against_float64(variant, head_dim, causal, shape):
+    schedule = dataclasses.replace(BENCH.variant_schedule(variant, head_dim, causal, 4096),
+                                   num_sms=3)
+    assert schedule.packed_p and schedule.fa3_overlap
+    B, H, HKV, S, SK = shape
+    assert_close(*run(B, H, HKV, S, SK, head_dim, causal, schedule, seed=S + SK + causal))
