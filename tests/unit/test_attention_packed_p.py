@@ -131,3 +131,19 @@ def test_fa3s_wider_tiles_build_without_spills_only_when_packed(head_dim, block_
     res = compile_kernel(kernel, s=dataclasses.replace(s, packed_p=False),
                          verify=False).resources
     assert res.spill_stores > 0, res
+
+
+@needs_nvrtc
+def test_the_pack_and_unpack_expressions_compile():
+    """codegen's pair expressions for both 16-bit dtypes (emit.pack_c / unpack_c: a reader of
+    a packed tile that is not a word copy gets the unpacked element) build with NVRTC."""
+    from argus.codegen.cuda.emit import pack_c, unpack_c
+    from argus.runtime.compile import compile_cuda
+
+    lines = ['#include "argus_sm90.cuh"',
+             'extern "C" __global__ void k(float* out, float a, float b) {']
+    for i, dt in enumerate((ag.bf16, ag.f16)):
+        lines += [f"  const ag::uint32_t w{i} = {pack_c('a', 'b', dt)};",
+                  f"  out[{2 * i}] = {unpack_c(f'w{i}', 0, dt)};",
+                  f"  out[{2 * i + 1}] = {unpack_c(f'w{i}', 1, dt)};"]
+    assert compile_cuda("\n".join(lines + ["}"]), ["k"]).cubin
