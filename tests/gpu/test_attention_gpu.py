@@ -236,7 +236,7 @@ def test_wide_candidate(D, causal):
 
 
 PACKED_P = [("default+packp", 128), ("default+packp+bn160", 128),
-            ("default+packp+bn176+direct", 128), ("default+packp+bn80", 256)]
+            ("default+packp+bn176+direct", 128), ("default+packp+bn80+direct", 256)]
 
 
 @pytest.mark.parametrize("causal", [False, True])

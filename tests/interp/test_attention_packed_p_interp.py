@@ -19,7 +19,7 @@ CASES = [("default+packp+bn176+direct", 128, False, (1, 2, 1, 150, 400)),
          ("default+packp+bn176+direct", 128, True, (1, 2, 1, 300, 400)),
          ("default+packp+bn160", 128, False, (1, 2, 1, 150, 330)),
          ("default+packp+bn160", 128, True, (2, 2, 1, 200, 330)),
-         ("default+packp+bn80", 256, True, (1, 2, 1, 200, 250))]
+         ("default+packp+bn80+direct", 256, True, (1, 2, 1, 200, 250))]
 
 
 @pytest.mark.parametrize("variant,head_dim,causal,shape", CASES,

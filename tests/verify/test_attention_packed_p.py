@@ -3,7 +3,7 @@ lower/packed.py) verifies with zero findings, as the fp32 carry does: the defaul
 with it (head dims 128 and 256, full and causal, the grid and the persistent walks with early
 Q release and the snake) and the wider key blocks it lets build, the bench candidates
 "default+packp+bn160" (hd128), "default+packp+bn176+direct" (FA3's 128 x 176) and
-"default+packp+bn80" (hd256's 128 x 80). The packing changes the representation, not the
+"default+packp+bn80+direct" (hd256's 128 x 80). The packing changes the representation, not the
 program: the verifier reads the same ops (P's convert now sits before the back edge). The
 seeded V-one-block-ahead bug is caught with P packed too
 (tests/mutations/test_attention_fa3_carry.py)."""
@@ -25,7 +25,8 @@ CASES = [("default+packp", 128, False, 4096), ("default+packp", 128, True, 4096)
          ("default+packp+bn160", 128, False, 4096), ("default+packp+bn160", 128, True, 4096),
          ("default+packp+bn176+direct", 128, False, 4096),
          ("default+packp+bn176+direct", 128, True, 16384),
-         ("default+packp+bn80", 256, False, 4096), ("default+packp+bn80", 256, True, 4096)]
+         ("default+packp+bn80+direct", 256, False, 4096),
+         ("default+packp+bn80+direct", 256, True, 4096)]
 
 
 @pytest.mark.parametrize("variant,head_dim,causal,seq_len", CASES,
