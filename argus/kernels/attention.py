@@ -526,8 +526,12 @@ def default_schedule(head_dim: int, causal: bool = False,
     * head_dim 128 stores O with stmatrix + TMA (epilogue "tma"): ahead of the direct store in
       all 8 comparisons of 2026-12-03 18:38 (fcac927, S 2k / 8k, full / causal), 2-8% for the
       kernel and 1-9% for the op (docs/perf/attention.md); the GPU suite on ragged shapes,
-      GQA, both layouts and every causal alignment passed with it on 2026-12-04. Not measured
-      at head_dim 256 (O's staging tile would take 64 KB of shared memory): direct there.
+      GQA, both layouts and every causal alignment passed with it on 2026-12-04.
+    * head_dim 64 up to 4k and 256 at every full length and causal up to 4k store O through
+      TMA too, at 256 in rounds of STORE_COLS_256 columns (the whole 64 KB staging tile does
+      not fit beside Q and the rings): TMA_STORE_FULL / TMA_STORE_CAUSAL, measured on the H100
+      only (2026-12-07, the numbers beside those constants); an unknown seq_len takes it only
+      where every measured length did (hd256 full).
     * head_dim 64, full, seq_len > TWO_CTAS_64[False] (or unknown): ping-pong (ordered) at
       192 x 128 with three warpgroups (the 1k rows below are now the two-CTA rule's). Run 5
       at 1k / 4k / 16k: 292 / 353 / 410 against the plain loop's 279 / 333 / 387 (run 3:
