@@ -1405,7 +1405,7 @@ def run_routing(models, tokens, trials: int, rows: list) -> None:
         for T in tokens:
             g = torch.Generator(device=dev).manual_seed(T)
             logits = torch.randn(T, E, device=dev, generator=g)
-            bias = torch.randn(E, device=dev, generator=g) * 0.1
+            bias = torch.randn(E, device=dev, generator=g) * BIAS_SCALE
             layer = M._layer(T, H, I, E, k, None)
             ws = M.routing_workspace(layer, dev)
             routing_launches(run, logits, bias, layer, routing, ws)   # compile, warm up
@@ -1420,7 +1420,7 @@ def run_routing(models, tokens, trials: int, rows: list) -> None:
                 end.record()
                 end.synchronize()
                 best = min(best, start.elapsed_time(end) * 1e3 / reps)
-            rows.append(dict(model=name, T=T, us=best))
+            rows.append(dict(model=name, T=T, us=best, bias_scale=BIAS_SCALE))
             log(f"routing {name:14s} T={T:6d}: {best:8.1f} us")
 
 
@@ -1484,8 +1484,8 @@ def main() -> None:
                          "T k / E with a standard deviation near sqrt(T k / E))")
     ap.add_argument("--out", default="bench_out/moe")
     args = ap.parse_args()
-    if not args.bias_scale >= 0:
-        ap.error("--bias-scale takes S >= 0")
+    if not 0 <= args.bias_scale < math.inf:     # NaN and inf too: they poison the routing
+        ap.error("--bias-scale takes a finite S >= 0")
     global BIAS_SCALE
     BIAS_SCALE = args.bias_scale
     if args.rounds is not None and args.rounds < 1:
@@ -1560,7 +1560,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "moe.json").write_text(json.dumps(dict(commit=commit, card=card, copy_bw=copy_bw,
-                                                  trials=trials, rows=rows), indent=1))
+                                                  trials=trials, bias_scale=BIAS_SCALE,
+                                                  rows=rows), indent=1))
     (out / "moe.md").write_text(md + "\n")
     wrong = [r for r in rows for p in ("ours",) if r.get(p, {}).get("ok") is False]
     if wrong:
