@@ -20,7 +20,7 @@ and it occupies the cache as it passes). Set associativity, sectors, the TMA's p
 distances that matter here) and DRAM's feedback on speed are not modeled.
 
     python scripts/moe_l2_model.py                      # DeepSeek-V3 gate-up, every order,
-                                                        # both walks, jitter 0 / 0.05 / 0.1
+                                                        # both walks, jitter 0 / 0.02 / 0.05
     python scripts/moe_l2_model.py --model mixtral --l2-mb 50 25 --orders "expert g16"
     python scripts/moe_l2_model.py --bias-scale 0       # the balanced routing
 (each configuration takes 5-15 s of one CPU core)
@@ -258,7 +258,8 @@ def main() -> None:
     ap.add_argument("--model", choices=("deepseek", "mixtral"), default="deepseek")
     ap.add_argument("--bias-scale", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--orders", nargs="*", default=None)
+    ap.add_argument("--orders", nargs="*", default=None, choices=list(ORDERS), metavar="NAME",
+                    help="orders by name (default: all): " + "; ".join(ORDERS))
     ap.add_argument("--jitter", type=float, nargs="*", default=[0.0, 0.02, 0.05])
     ap.add_argument("--cta-spread", type=float, default=0.0)
     ap.add_argument("--l2-mb", type=float, nargs="*", default=[50.0])

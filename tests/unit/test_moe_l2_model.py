@@ -70,3 +70,13 @@ def test_static_and_dynamic_walks_agree_in_lockstep():
 def test_repeated_unit_is_refused():
     with pytest.raises(ValueError, match="once"):
         M.simulate(G, [0], [(0, 0), (0, 0)], M.Walk(ctas=1))
+
+
+def test_an_unknown_order_is_refused_by_the_parser(monkeypatch, capsys):
+    # before the routing is drawn (seconds of CPU), with the names it takes
+    import sys
+    monkeypatch.setattr(sys, "argv", ["moe_l2_model.py", "--orders", "expert g12"])
+    with pytest.raises(SystemExit) as exit_:
+        M.main()
+    assert exit_.value.code == 2
+    assert "expert g16" in capsys.readouterr().err
