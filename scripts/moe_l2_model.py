@@ -263,7 +263,8 @@ def main() -> None:
     ap.add_argument("--jitter", type=float, nargs="*", default=[0.0, 0.02, 0.05])
     ap.add_argument("--cta-spread", type=float, default=0.0)
     ap.add_argument("--l2-mb", type=float, nargs="*", default=[50.0])
-    ap.add_argument("--walks", nargs="*", default=["static", "dynamic"])
+    ap.add_argument("--walks", nargs="*", default=["static", "dynamic"],
+                    choices=("static", "dynamic"))
     args = ap.parse_args()
     if args.model == "deepseek":
         g, counts, n_tiles = deepseek_gate_up(), routed_counts("deepseek-v3", 16384,

@@ -72,11 +72,14 @@ def test_repeated_unit_is_refused():
         M.simulate(G, [0], [(0, 0), (0, 0)], M.Walk(ctas=1))
 
 
-def test_an_unknown_order_is_refused_by_the_parser(monkeypatch, capsys):
-    # before the routing is drawn (seconds of CPU), with the names it takes
+@pytest.mark.parametrize("argv,named", [(["--orders", "expert g12"], "expert g16"),
+                                        (["--walks", "Dynamic"], "dynamic")])
+def test_an_unknown_order_or_walk_is_refused_by_the_parser(monkeypatch, capsys, argv, named):
+    # before the routing is drawn (seconds of CPU), with the names it takes (a walk not
+    # named "dynamic" ran the static walk under the name given)
     import sys
-    monkeypatch.setattr(sys, "argv", ["moe_l2_model.py", "--orders", "expert g12"])
+    monkeypatch.setattr(sys, "argv", ["moe_l2_model.py"] + argv)
     with pytest.raises(SystemExit) as exit_:
         M.main()
     assert exit_.value.code == 2
-    assert "expert g16" in capsys.readouterr().err
+    assert named in capsys.readouterr().err
