@@ -349,6 +349,9 @@ for s in "${steps[@]}"; do
         tests/gpu/test_moe_fp8_pair_multicast_gpu.py tests/gpu/test_moe_fp8_gpu.py tests/gpu/test_moe_gpu.py \
         tests/gpu/test_moe_routing_gpu.py tests/gpu/test_moe_skip_pad_halves_gpu.py \
         tests/gpu/test_moe_unit_grid_gpu.py ;;
+    # (short55 / short55b: since the hd64 / hd256 TMA-store rule is the default, `default` is
+    # the TMA store there and `default+direct` the st.global store it replaced: the rule's
+    # H200 confirmation; tests/unit/test_round2_attention_steps.py)
     # stop 55's owed work (no GPU came): the GPU tests with the snake / per-card MoE defaults
     # and the new levers' rows, h290's store_cols / prefetch_next_q at hd256 (and the prefetch
     # at hd128), h292's hd64 TMA-store epilogue, the 24-case sweep, Mixtral bf16 on the H200
@@ -357,10 +360,10 @@ for s in "${steps[@]}"; do
         tests/gpu/test_moe_unit_grid_gpu.py tests/gpu/test_ops_matmul_gpu.py ;;
     short55) run_step short55 150 python3 -u scripts/gpu_attention_bench.py --dims 256 \
         --lengths 1024,2048,4096 --no-gqa --backends cudnn,flash --kernel-only \
-        --variants default,default+tma128,default+pfq,default+tma128+pfq --out "$OUT/short55" ;;
+        --variants default+direct,default,default+direct+pfq,default+pfq --out "$OUT/short55" ;;
     short55b) run_step short55b 120 python3 -u scripts/gpu_attention_bench.py --dims 64,128 \
         --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only \
-        --variants default,default+tma,default+pfq --out "$OUT/short55b" ;;
+        --variants default+direct,default,default+pfq --out "$OUT/short55b" ;;
     sweep55) run_step sweep55 200 python3 -u scripts/gpu_attention_bench.py --dims 64,128,256 \
         --lengths 1024,4096,16384 --backends cudnn,flash --out "$OUT/sweep55" ;;
     mixtral55) run_step mixtral55 120 python3 -u scripts/gpu_moe_bench.py --models mixtral \

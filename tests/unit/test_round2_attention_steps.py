@@ -1,0 +1,44 @@
+"""The attention bench steps of scripts/gpu_round2.sh that compare schedule variants: no two
+variants of a step may be the same schedule at every head dim, length and mask it runs (such a
+column pair measures the default against itself: when the hd64 / hd256 TMA-store rule became
+the default, short55's `default,default+tma128` and short55b's `default,default+tma` turned
+into exactly that, while the rule's H200 confirmation, direct store against the rule, was
+owed)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.loading import load_script
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = load_script("gpu_attention_bench")
+STEPS = ("short55", "short55b")
+
+
+def _step(name: str) -> str:
+    text = (ROOT / "scripts" / "gpu_round2.sh").read_text()
+    m = re.search(rf"^\s*{name}\) (.*?);;", text, re.S | re.M)
+    assert m, f"gpu_round2.sh has no step {name}"
+    return m.group(1)
+
+
+def _schedule(variant, d, causal, S):
+    try:
+        return BENCH.variant_schedule(variant, d, causal, S)
+    except ValueError as exc:     # a refused cell is a value of its own
+        return str(exc)
+
+
+@pytest.mark.parametrize("name", STEPS)
+def test_no_two_variants_of_a_step_coincide_everywhere(name):
+    step = _step(name)
+    dims = [int(x) for x in re.search(r"--dims (\S+)", step).group(1).split(",")]
+    lengths = [int(x) for x in re.search(r"--lengths (\S+)", step).group(1).split(",")]
+    variants = re.search(r"--variants (\S+)", step).group(1).split(",")
+    cells = [(d, c, S) for d in dims for c in (False, True) for S in lengths]
+    table = {v: [_schedule(v, d, c, S) for d, c, S in cells] for v in variants}
+    for i, a in enumerate(variants):
+        for b in variants[i + 1:]:
+            assert table[a] != table[b], f"{name}: {a} and {b} are one schedule at {cells}"
