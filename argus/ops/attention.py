@@ -19,7 +19,8 @@ natural-log log-sum-exp of each row of scale * q k^T.
 
 The schedule is `argus.kernels.attention.default_schedule(head_dim, causal, Sq)`, the variant
 measured fastest on the H200 per head dim, mask and query length (docs/perf/attention.md, run
-5); `schedule=` overrides it.
+5; the TMA-store epilogue at head dims 64 and 256 on the H100 only, 2026-12-07); `schedule=`
+overrides it.
 
 Decoding: a query of at most 16 tokens (Sq <= MAX_QUERIES; decoding and speculative decoding
 against a KV cache) runs the flash-decoding kernels instead (argus/ops/attention_decode.py:
