@@ -85,6 +85,10 @@ ROWS = 64  # query rows per consumer warpgroup: one wgmma M
 P_BIAS = -8.0
 P_SCALE = 2.0 ** -P_BIAS
 FP8_BLOCK_N = (64, 128, 256)
+# registers a consumer thread of the fa3 loop needs beyond O, S and the carried P (its
+# scalars), from NVRTC 13.0's spills (docs/perf/attention.md, h295): clean at 192 carried in
+# 240 and 104 in 160, spilling at 196 in 240 and 128 in 160
+FA3_CARRY_SLACK = 48
 
 
 @dataclass(frozen=True)
@@ -308,9 +312,7 @@ class AttentionSchedule:
             problems.append("early_q_release=True releases Q after the last S of FA3's "
                             "overlap order (the last P V is peeled after it): it needs "
                             "fa3_overlap=True")
-        if self.packed_p and not self.fa3_overlap:
-            problems.append("packed_p=True packs the P that FA3's overlap order carries across "
-                            "the loop's back edge: it needs fa3_overlap=True")
+        problems += packed_p_problems(self.packed_p, self.fa3_overlap)
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -399,6 +401,33 @@ class AttentionSchedule:
                               f"{self.consumer_regs}: use a smaller block_n")
         return problems
 
+    def spill_problems(self, head_dim: int, dtype: DType = ag.bf16) -> list[str]:
+        """Where a schedule problems_for takes would spill (it builds and runs, slower): the
+        fa3 loop's carried tiles past what NVRTC keeps in registers. Not a refusal (the bench
+        probes such shapes, the causal hd128 default spills 8 B); the agent's search leaves
+        these points out (agent/families/attention.py resource_check)."""
+        problems = []
+        if self.fa3_overlap and self.ctas_per_sm == 1 and head_dim in HEAD_DIMS:
+            # the fa3 loop carries P_{j-1} across the back edge beside O and S_j: fp32 (block_n
+            # / 2 registers) or, with packed_p and a 16-bit P, the packed A fragment (block_n /
+            # 4); problems_for's estimate counts it packed. NVRTC 13.0 (docs/perf/attention.md,
+            # h295's spill table) builds these three tiles clean up to consumer_regs -
+            # FA3_CARRY_SLACK registers and spills past it (240: 192 clean, 196 spills; 160:
+            # 104 clean, 128 spills): the loop's scalars (addresses, counters, the rows' max
+            # and sum) take the rest. Two CTAs an SM compile at the entry count (problems_for)
+            p_carried = self.block_n // (4 if self.packed_p and dtype.bits == 16 else 2)
+            carried = head_dim // 2 + self.block_n // 2 + p_carried
+            if carried > self.consumer_regs - FA3_CARRY_SLACK:
+                problems.append(f"fa3_overlap carries O ({head_dim // 2}), S "
+                                f"({self.block_n // 2}) and P ({p_carried}, "
+                                + ("packed" if p_carried * 4 == self.block_n else "fp32")
+                                + f") registers per thread: {carried} spill in consumer_regs="
+                                  f"{self.consumer_regs} (the loop's scalars need "
+                                  f"{FA3_CARRY_SLACK} more): use a smaller block_n"
+                                + ("" if self.packed_p or dtype.bits != 16
+                                   else " or packed_p=True (P carried packed)"))
+        return problems
+
     def _fp8_problems(self) -> list[str]:
         """What the FP8 (e4m3) forward does not take: P V reads V^T K-major in column atoms
         of one swizzle span of keys, and P's A fragment is gathered from S's registers."""
@@ -443,6 +472,16 @@ def prefetch_next_q_problems(prefetch_next_q: bool, persistent: bool, ordered: b
         problems.append("prefetch_next_q=True prefetches in the box of Q's shared-memory "
                         "stage; ping-pong (ordered) loads Q into registers and has none")
     return problems
+
+
+def packed_p_problems(packed_p: bool, fa3_overlap: bool) -> list[str]:
+    """AttentionSchedule.packed_p's rule at any dtype (a function of the fields it reads, as
+    store_cols_problems, for the agent's declared space; the FP8 kernel's refusal is
+    _fp8_problems', problems_for's registers count the carried P in its form)."""
+    if packed_p and not fa3_overlap:
+        return ["packed_p=True packs the P that FA3's overlap order carries across the "
+                "loop's back edge: it needs fa3_overlap=True"]
+    return []
 
 
 def smem_bytes(s: AttentionSchedule, head_dim: int, dtype: DType = ag.bf16) -> int:

@@ -19,7 +19,8 @@ from argus import codegen
 from argus.compiler import compile_kernel, lower_only
 from argus.ir import parser, printer
 from argus.ir.types import TileType, parse_type
-from argus.kernels.attention import attention_kernel, default_schedule, fp8_schedule
+from argus.kernels.attention import (AttentionSchedule, attention_kernel, default_schedule,
+                                    fp8_schedule)
 from argus.lower import packed
 from argus.runtime import nvrtc_available
 from tests.loading import load_script
@@ -150,3 +151,28 @@ def test_the_pack_and_unpack_expressions_compile():
                   f"  out[{2 * i}] = {unpack_c(f'w{i}', 0, dt)};",
                   f"  out[{2 * i + 1}] = {unpack_c(f'w{i}', 1, dt)};"]
     assert compile_cuda("\n".join(lines + ["}"]), ["k"]).cubin
+
+
+@pytest.mark.parametrize("head_dim,kw,spills", [
+    (128, dict(block_n=128), False), (128, dict(block_n=144), True),
+    (128, dict(block_n=160), True), (128, dict(block_n=144, packed_p=True), False),
+    (128, dict(block_n=160, packed_p=True), False), (128, dict(block_n=176, packed_p=True), True),
+    (256, dict(block_n=64), False), (256, dict(block_n=80), True),
+    (256, dict(block_n=80, packed_p=True), False),
+    (64, dict(block_m=192, consumers=3, producer_regs=32, consumer_regs=160, block_n=96,
+              packed_p=True), False),
+    (64, dict(block_m=192, consumers=3, producer_regs=32, consumer_regs=160, block_n=96), True),
+    (64, dict(block_m=192, consumers=3, producer_regs=32, consumer_regs=160, block_n=128,
+              packed_p=True), True),
+])
+def test_spill_problems_follow_the_measured_spills(head_dim, kw, spills):
+    """AttentionSchedule.spill_problems (the agent leaves these points out) against the
+    NVRTC 13.0 spill table of docs/perf/attention.md (h295): the fa3 loop's O, S and carried
+    P (fp32 or packed) in FA3_CARRY_SLACK less than consumer_regs build clean, more spill;
+    problems_for still takes every one of them (they build and run)."""
+    s = AttentionSchedule(fa3_overlap=True, **kw)
+    assert s.problems_for(head_dim) == []
+    found = s.spill_problems(head_dim)
+    assert bool(found) == spills, found
+    if spills and not s.packed_p:
+        assert "packed_p=True" in found[0]

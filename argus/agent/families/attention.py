@@ -12,7 +12,13 @@ h290's two short-prefill levers, not measured on a GPU yet: O staged in rounds o
 columns by the TMA-store epilogue (the rounds each head dim takes come from the schedule's own
 problems_for: facts store_rounds) and the walk's prefetch of its next Q (prefetch_next_q: the
 persistent walk without ping-pong, the schedule's own rule). The estimate counts store_cols as
-the TMA-store epilogue and nothing for the prefetch (no measurement to fit). There is no decode
+the TMA-store epilogue and nothing for the prefetch (no measurement to fit). Since h300 also
+packed_p (h295: FA3's overlap order carries P_{j-1} as the packed 16-bit A fragment), refused
+off the fa3 order by the schedule's own rule (packed_p_problems); the block_n it makes fit (144 /
+160 at head dim 128, 80 at 256: AttentionSchedule.spill_problems counts the carried P, fp32 or
+packed, against the spills NVRTC measured, and resource_check leaves a spilling point out) are
+on the block_n axis already. The estimate counts nothing for packing
+itself (not measured on a GPU); a wider block_n costs what any block_n does. There is no decode
 path in argus yet (no attention_decode, no KV splits), so no split axis.
 
 Legality is declared, not written as family rules: AttentionSchedule's ranges and constraints
@@ -239,7 +245,7 @@ class AttentionFamily(ScheduleFamily):
                  fa3_overlap=False, intra_wg_overlap=False, persistent=False,
                  epilogue="direct", producer_regs=24, consumer_regs=240, ctas_per_sm=1,
                  tile_order="head", own_blocks=False, early_q_release=False, cluster_m=1,
-                 store_cols=0, prefetch_next_q=False)
+                 store_cols=0, prefetch_next_q=False, packed_p=False)
         return p
 
     def normalize(self, task: TaskSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -266,18 +272,22 @@ class AttentionFamily(ScheduleFamily):
 
     def resource_check(self, task: TaskSpec, params: dict[str, Any]) -> list[Diagnostic]:
         """The kernel's own resource report at the head dim it runs (`problems_for`: shared
-        memory against 227 KB, registers per consumer thread for O, S and P)."""
+        memory against 227 KB, registers per consumer thread for O, S and P), then where the
+        kernel would spill (`spill_problems`: the fa3 loop's carried O, S and P)."""
         kd = kernel_head_dim(task.dims["D"] * params.get("qk_terms", 1))
         if kd is None:
             return []      # the head_dim and qk_terms constraints report it
         out = []
-        for problem in schedule_of(params).problems_for(kd):
+        schedule = schedule_of(params)
+        # a point the kernel takes but that would spill (spill_problems: the fa3 loop's carried
+        # tiles, NVRTC's measured limit) is not offered either
+        for problem in schedule.problems_for(kd) or schedule.spill_problems(kd):
             if "shared memory" in problem:
                 code, fix = "smem", ("use fewer stages or a smaller block_n (or ordered=True: "
                                      "Q in registers; or store_cols: O staged in rounds)")
-            elif "registers" in problem:
+            elif "registers" in problem:      # problems_for's or spill_problems' count
                 code, fix = "registers", ("use a smaller block_n, or fewer live tiles (no "
-                                          "ping-pong)")
+                                          "ping-pong; with fa3_overlap, packed_p=True)")
             else:   # a field this head dim does not take (store_cols not dividing it)
                 code, fix = "schedule_fields", f"change the fields it names for head dim {kd}"
             out.append(Diagnostic(
@@ -285,7 +295,9 @@ class AttentionFamily(ScheduleFamily):
                 counterexample=dict(sorted(params.items())),
                 fix=fix + " (rule: AttentionSchedule.problems_for: sm_90 shared memory per "
                           "CTA; O (D/2), S (block_n/2) and P (block_n/4) fp32 per consumer "
-                          "thread under setmaxnreg; store_cols divides the head dim)"))
+                          "thread under setmaxnreg; spill_problems: the fa3 loop's carried P "
+                          "(fp32 block_n/2, packed block_n/4) and its scalars' FA3_CARRY_SLACK; "
+                          "store_cols divides the head dim)"))
         return out
 
     # -- cost ------------------------------------------------------------------------------------

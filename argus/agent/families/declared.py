@@ -226,6 +226,9 @@ ATTENTION = dict(
     prefetch_next_q=legal((False, True), rule="the persistent walk's producer prefetches its "
                           "next unit's Q tile into L2 (kernels/attention.py "
                           "AttentionSchedule.prefetch_next_q)"),
+    packed_p=legal((False, True), rule="FA3's overlap order carries P_{j-1} as the packed "
+                   "16-bit A fragment instead of fp32 (kernels/attention.py "
+                   "AttentionSchedule.packed_p; problems_for counts the carried form)"),
     num_sms=fixed("H100/H200 SXM: 132 SMs"), approx_exp2=fixed("not searched yet"),
     fold_scale=fixed("not searched yet"),
 )
@@ -256,6 +259,10 @@ def _store_rounds_message(s, f) -> str:
 def _prefetch_problems(s) -> list[str]:
     return _attention().prefetch_next_q_problems(s["prefetch_next_q"], s["persistent"],
                                                  s["ordered"])
+
+def _packed_p_problems(s) -> list[str]:
+    return _attention().packed_p_problems(s["packed_p"], s["fa3_overlap"])
+
 
 ATTENTION_CONSTRAINTS = (
     Constraint("unproven", lambda s, f: not s["intra_wg_overlap"],
@@ -294,6 +301,13 @@ ATTENTION_CONSTRAINTS = (
                "argus/kernels/attention.py AttentionSchedule._problems "
                "(prefetch_next_q_problems)",
                reads=("prefetch_next_q", "persistent", "ordered")),
+    # which block_n packed_p makes fit (144 / 160 at head dim 128, 80 at 256) is the kernel's
+    # register rule at the point's head dim (problems_for, the family's resource_check)
+    Constraint("packed_p_order", lambda s, f: not _packed_p_problems(s),
+               lambda s, f: "; ".join(_packed_p_problems(s)),
+               "use fa3_overlap=True with packed_p=True, or packed_p=False",
+               "argus/kernels/attention.py AttentionSchedule._problems (packed_p_problems)",
+               reads=("packed_p", "fa3_overlap")),
 )
 
 
