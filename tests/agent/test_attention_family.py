@@ -293,10 +293,10 @@ def test_the_levers_rules_are_the_kernels():
 def test_packed_p_rules_are_the_kernels():
     """packed_p (P_{j-1} carried as the packed 16-bit A fragment, h295) over the loop orders,
     block_n and each head dim's short and long defaults: the family accepts exactly what
-    AttentionSchedule constructs, problems_for takes and spill_problems does not flag. Packing is what lets FA3's wider key
-    blocks fit (NVRTC 13.0 spills, docs/perf/attention.md h295): 144 / 160 at head dim 128
-    and 80 at 256 only packed, 176 neither (120 B spilled packed); the defaults' 128 / 64
-    either way."""
+    AttentionSchedule constructs, problems_for takes and spill_problems does not flag.
+    Packing is what lets FA3's wider key blocks fit (NVRTC 13.0 spills, docs/perf/attention.md
+    h295): 144 / 160 at head dim 128 and 80 at 256 only packed, 176 neither (120 B spilled
+    packed); the defaults' 128 / 64 either way."""
     import itertools
 
     from argus.agent.families.attention import schedule_of
