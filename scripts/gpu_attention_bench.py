@@ -160,8 +160,9 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     128 and 256, "fa3"): packed_p, P_{j-1} carried across the loop's back edge as the packed
     bf16 A fragment (block_n / 4 registers) instead of fp32; with it FA3's wider key blocks
     build with fewer spills, and "bnN" applies to "default" too: "default+packp+bn160" at
-    head dim 128 (no spills full, 12 B causal), "default+packp+bn176" (FA3's 128 x 176: 120 B
-    full; the TMA-store epilogue does not fit there, "+direct"), "default+packp+bn80+direct" at 256."""
+    head dim 128, "default+packp+bn176+direct" (FA3's 128 x 176; no spills since h302, 120 B
+    full before; the TMA-store epilogue does not fit there, "+direct"),
+    "default+packp+bn80+direct" at 256."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,

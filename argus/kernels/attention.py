@@ -86,9 +86,10 @@ P_BIAS = -8.0
 P_SCALE = 2.0 ** -P_BIAS
 FP8_BLOCK_N = (64, 128, 256)
 # registers a consumer thread of the fa3 loop needs beyond O, S and the carried P (its
-# scalars), from NVRTC 13.0's spills (docs/perf/attention.md, h295): clean at 192 carried in
-# 240 and 104 in 160, spilling at 196 in 240 and 128 in 160
-FA3_CARRY_SLACK = 48
+# scalars), from NVRTC 13.0's spills (docs/perf/attention.md, h295 and h302): clean at 196
+# carried in 240 (128 x 176, P packed after P V's wait since h302) and 104 in 160, spilling at
+# 208 in 240 (fp32 P at 128 x 144; packed 128 x 192 causal) and 128 in 160
+FA3_CARRY_SLACK = 44
 
 
 @dataclass(frozen=True)
@@ -243,10 +244,10 @@ class AttentionSchedule:
     # packed), block_n / 4 registers a thread, instead of fp32 (block_n / 2) packed at the
     # issue; FA3 carries the packed fragment (tOrP). With O, S_j and P_{j-1} live together
     # that is what FA3's 128 x 176 tile at head_dim 128 needs (NVRTC 13.0, two 240-register
-    # consumers: fp32 P spills 776 B at block_n 176, packed P 120 B; 160 builds clean
-    # full; hd256 128 x 80 spills 60 B with fp32 P and none packed, docs/perf/attention.md,
-    # h295). The softmax's exp2 stays between P V's issue and its wait in the SASS. Not the
-    # default until measured on a GPU
+    # consumers: fp32 P spills 776 B at block_n 176, packed P none since h302 packs P_j
+    # after P V's wait, 120 B before; hd256 128 x 80 spills 60 B with fp32 P and none packed,
+    # docs/perf/attention.md, h295 / h302). The softmax's exp2 stays between P V's issue and
+    # its wait in the SASS. Not the default until measured on a GPU
     packed_p: bool = False
 
     def __post_init__(self) -> None:
@@ -412,7 +413,7 @@ class AttentionSchedule:
             # / 2 registers) or, with packed_p and a 16-bit P, the packed A fragment (block_n /
             # 4); problems_for's estimate counts it packed. NVRTC 13.0 (docs/perf/attention.md,
             # h295's spill table) builds these three tiles clean up to consumer_regs -
-            # FA3_CARRY_SLACK registers and spills past it (240: 192 clean, 196 spills; 160:
+            # FA3_CARRY_SLACK registers and spills past it (240: 196 clean, 208 spills; 160:
             # 104 clean, 128 spills): the loop's scalars (addresses, counters, the rows' max
             # and sum) take the rest. Two CTAs an SM compile at the entry count (problems_for)
             p_carried = self.block_n // (4 if self.packed_p and dtype.bits == 16 else 2)
@@ -1077,10 +1078,24 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                             for j in ag.range(1, blocks):
                                 with k_pipe.consume() as ks:
                                     sc = scores(qs, ks)                      # S_j
+                                    if s.packed_p:   # the step's fp32 P_j (packed below)
+                                        p_j = ag.zeros((ROWS, BN))
                                     with v_pipe.consume() as vs:             # V_{j-1}
                                         o = pv(p, vs, o, alpha)
-                                        p, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
-                                        p = carry(p)
+                                        p_new, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
+                                        if s.packed_p:
+                                            p_j = p_new
+                                        else:
+                                            p = p_new
+                                    if s.packed_p:
+                                        # FA3's order (convert_type after warpgroup_wait<0>):
+                                        # P_j is packed after the V step's end retired P_{j-1}
+                                        # V_{j-1}, so its words can take P_{j-1}'s registers.
+                                        # Packed inside the step, both fragments were live at
+                                        # once and P_j's words parked outside the three wgmma
+                                        # tiles until the next S issue (128 x 176: 120 B
+                                        # spilled, docs/perf/attention.md h302)
+                                        p = carry(p_j)
                             if not s.early_q_release:
                                 with v_pipe.consume() as vs:
                                     o = pv(p, vs, o, alpha)

@@ -95,7 +95,9 @@ def test_another_use_keeps_the_float_form():
 def test_the_cuda_carries_words_and_hands_them_to_the_wgmma():
     text = codegen.render(_lowered(_schedule())).text
     words = re.findall(r"ag::uint32_t (t\d+)\[32\];", text)   # 128 keys: 32 words
-    assert len(words) >= 5
+    # P's web as words: its var, carries and converts (since h302 the loop's convert follows
+    # the V step, which no longer carries P: one array fewer than the 5 before)
+    assert len(words) >= 4
     # the P V issues take the carried words as they are: no repack of P at the issue
     a_regs = re.findall(r"(ra\d*)\[\d+\]\[\d+\] = (.+);", text)
     assert a_regs and all(re.fullmatch(r"t\d+\[\d+\]", e) for _, e in a_regs), a_regs[:4]
@@ -156,7 +158,8 @@ def test_the_pack_and_unpack_expressions_compile():
 @pytest.mark.parametrize("head_dim,kw,spills", [
     (128, dict(block_n=128), False), (128, dict(block_n=144), True),
     (128, dict(block_n=160), True), (128, dict(block_n=144, packed_p=True), False),
-    (128, dict(block_n=160, packed_p=True), False), (128, dict(block_n=176, packed_p=True), True),
+    (128, dict(block_n=160, packed_p=True), False), (128, dict(block_n=176, packed_p=True), False),
+    (128, dict(block_n=192, packed_p=True), True),
     (256, dict(block_n=64), False), (256, dict(block_n=80), True),
     (256, dict(block_n=80, packed_p=True), False),
     (64, dict(block_m=192, consumers=3, producer_regs=32, consumer_regs=160, block_n=96,
