@@ -23,6 +23,8 @@
 #        unet49 unetvar49 (stop 49's: the UNet table after the up-convolution route, its variants)
 #        unetvar50 (stop 50's: tma epilogue, 2 CTAs an SM, the RGB layer's routes)
 #        s55tests short55 short55b sweep55 mixtral55 (stop 55's CPU-built work and owed runs)
+#        s56tests packp56 packp56b gqa56 moefp856 (stop 56's: P carried packed at hd128 / 256,
+#        GQA hd128 2k's walk, the dynamic walk's group_m 1 probe; then sweep55 mixtral55 on an H200)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -368,6 +370,22 @@ for s in "${steps[@]}"; do
         --lengths 1024,4096,16384 --backends cudnn,flash --out "$OUT/sweep55" ;;
     mixtral55) run_step mixtral55 120 python3 -u scripts/gpu_moe_bench.py --models mixtral \
         --tokens 16384 --rounds 3 --out "$OUT/mixtral55" ;;
+    s56tests) run_step s56tests 300 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_gpu.py tests/gpu/test_moe_fp8_gpu.py \
+        tests/gpu/test_moe_unit_grid_gpu.py tests/gpu/test_moe_dynamic_walk_gpu.py ;;
+    packp56) run_step packp56 200 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+packp,default+packp+bn144,default+packp+bn160,default+packp+bn176+direct \
+        --out "$OUT/packp56" ;;
+    packp56b) run_step packp56b 120 python3 -u scripts/gpu_attention_bench.py --dims 256 \
+        --lengths 2048,16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+packp,default+packp+bn80+direct --out "$OUT/packp56b" ;;
+    gqa56) run_step gqa56 150 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048 --mask full --backends cudnn --kernel-only \
+        --variants default,default+grid,default+earlyq --out "$OUT/gqa56" ;;
+    moefp856) run_step moefp856 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 \
+        --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \
+        --out "$OUT/moefp856" ;;
     *) echo "unknown step $s" ;;
   esac
 done
