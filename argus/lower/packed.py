@@ -11,13 +11,14 @@ float registers a thread against block_n / 4 packed (FA3 carries the packed frag
 
 Rule: the values joined by `var` (its init) and `assign` (dst and src) form a web. A web is
 packed (TileType.packed on every value of it) when it holds a `var` (something is carried),
-every value is a bf16/f16 tile in the wgmma accumulator layout (registers 2w and 2w + 1 are
-adjacent columns of one row: together one word of the A fragment, target/fragments.py
-wgmma_a_coord), every value is made by a `var` or a `convert` (the rounding happens where the
-pair is packed), and every use is a `var` init, an `assign`, or the register A operand of a
-wgmma. A web with any other use (elementwise math, a store, a slice) stays in float registers:
-its readers take elements. Only the representation changes, not a value: the interpreter and
-the verifier read the same program.
+every value is a tile of one 16-bit dtype (bf16 or f16: words are copied, not converted) in
+the wgmma accumulator layout (registers 2w and 2w + 1 are adjacent columns of one row:
+together one word of the A fragment, target/fragments.py wgmma_a_coord), every value is made
+by a `var` or a `convert` (the rounding happens where the pair is packed), and every use is a
+`var` init, an `assign`, or the register A operand of a wgmma. A web with any other use
+(elementwise math, a store, a slice) stays in float registers: its readers take elements.
+Only the representation changes, not a value: the interpreter and the verifier read the same
+program.
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ def packed_values(kernel: Kernel) -> set[int]:
             continue
         if all(isinstance(defs.get(x), (O.Var, O.Convert))
                and isinstance(types.get(x), TileType) and types[x].dtype.name in PACKABLE
-               and types[x].layout == A_FRAGMENT_LAYOUT for x in web):
+               and types[x].layout == A_FRAGMENT_LAYOUT for x in web) \
+                and len({types[x].dtype.name for x in web}) == 1:
+            # one dtype: var / assign copy words, so an f16 value assigned to a bf16 variable
+            # (the IR checks do not refuse it) would be its f16 bits read as bf16
             out |= web
     return out
 
