@@ -190,10 +190,8 @@ class TileInfo:
 
 def unpack_c(word: str, half: int, dtype) -> str:
     """Element `half` (0: the low 16 bits) of the packed bf16/f16 pair in `word`, as a float."""
-    if dtype.name == "bf16":
-        return f"ag::bf16x2_{'hi' if half else 'lo'}({word})"
-    bits = f"({word} >> 16)" if half else f"({word} & 0xFFFFu)"
-    return f"ag::f16_to_f32(ag::f16{{(ag::uint16_t){bits}}})"
+    # the device header's unpackers (argus_sm90.cuh: bf16x2_lo / _hi, f16x2_lo / _hi)
+    return f"ag::{dtype.name}x2_{'hi' if half else 'lo'}({word})"
 
 
 def pack_c(lo: str, hi: str, dtype) -> str:
