@@ -183,6 +183,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     if "pfq" in variant.split("+") and "persistent" not in variant.split("+"):
         variant += "+persistent"   # the next unit's Q is the persistent walk's
     parts = variant.split("+")
+    if sum(p.startswith("bn") and p[2:].isdigit() for p in parts) > 1:
+        raise ValueError(f"{variant}: more than one key block size (bnN)")
     depth = [int(p[2:]) for p in parts if p.startswith("st") and p[2:].isdigit()]
     if depth:
         diet["stages"] = depth[0]

@@ -118,6 +118,8 @@ def test_bench_tokens():
     assert s.packed_p and s.block_n == 160 and s.fa3_overlap and s.epilogue == "tma"
     assert BENCH.variant_schedule("default+packp+bn80+direct", 256, True, 4096).block_n == 80
     assert not BENCH.variant_schedule("default", 128, False, 4096).packed_p
+    with pytest.raises(ValueError, match="more than one key block size"):
+        BENCH.variant_schedule("default+packp+bn160+bn176", 128, False, 4096)
 
 
 @needs_nvrtc
