@@ -339,8 +339,8 @@ def _tma_view_alignment(model: Model, vid: int, t, off: int, stage_bytes: int):
         row0s = _values_of(model, view.row0)
         if row0s is None:
             r = _num(view.row0)
-            s = z3.Solver()
-            s.set("timeout", 2000)
+            # a resource limit, not a wall-clock timeout: the verdict must not depend on load
+            s = solver.limited(z3.Solver(), solver.rlimit_of(2000))
             # is there a value of the row offset whose byte offset is off the boundary?
             s.add((r * row_bytes) % TMA_SMEM_ALIGN != 0)
             if s.check() != z3.unsat:

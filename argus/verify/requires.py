@@ -11,6 +11,7 @@ from argus.ir import tag_ops as T
 from argus.ir.core import Kernel
 from argus.ir.types import ScalarType
 from argus.verify import exprs
+from argus.verify import solver as z3solver
 
 
 def required_positive(kernel: Kernel, c):
@@ -31,8 +32,8 @@ def required_positive(kernel: Kernel, c):
             terms[v.id] = sort(f"p{v.id}")
         return terms[v.id]
 
-    solver = z3.Solver()
-    solver.set("timeout", 2000)
+    # a resource limit, not a wall-clock timeout: the verdict must not depend on load
+    solver = z3solver.limited(z3.Solver(), z3solver.rlimit_of(2000))
     try:
         for op in stated:
             solver.add(exprs._as_bool(exprs.evaluate(

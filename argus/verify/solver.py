@@ -92,6 +92,10 @@ def _limit(s, rlimit: int, seed: int = 0):
     return s
 
 
+# for checks outside this module that make their own solver (check_layout, requires)
+limited = _limit
+
+
 @dataclass
 class Outcome:
     """What one query established. status: "proven", "violated" or "unknown"."""
@@ -1592,9 +1596,15 @@ def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory,
                        reason="" if vres == z3.sat else "premises not shown satisfiable")
     if res != z3.sat:
         why = s.reason_unknown() if s is not None else "no budget"
+        if ms >= backstop_ms(int(rlimit * min(share for _, share in portfolio))):
+            # z3 says "canceled" for the resource limit and the backstop alike; the time
+            # tells them apart. The one machine-dependent verdict: said so, so that a flip
+            # between runs is read as load, not as a change of the kernel or the verifier
+            why += (" (a wall-clock backstop cut a check short before its resource limit: "
+                    "this unknown may not recur on a less loaded machine)")
         return Outcome("unknown", ms, reason=f"z3: {why}: out of budget ({rlimit} resource "
-                                              f"units, seeds {', '.join(map(str, SEEDS))}; "
-                                              f"{ms:.0f} ms)", theory=theory)
+                                              f"units, seeds {', '.join(map(str, SEEDS))})",
+                       theory=theory)
     model = s.model()
     if minimize:
         if decider is _purified:
