@@ -1572,14 +1572,17 @@ def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory,
                                                                    known_sat)] + \
         [(portfolio[-1][0], portfolio[-1][1], seed) for seed in SEEDS[1:]]
     decider = None
+    cut = False   # a check stopped by its wall-clock backstop, not by its resource limit
     for make, share, seed in tries:
         s = _limit(make(), rlimit * share, seed)
         s.add(*premises)
         s.add(z3.Not(conj))
+        t_check = time.perf_counter()
         res = s.check()
         if res != z3.unknown:
             decider = make
             break
+        cut = cut or (time.perf_counter() - t_check) * 1e3 >= backstop_ms(int(rlimit * share))
     ms = (time.perf_counter() - t0) * 1e3
     if stats is not None:
         stats.add(theory, ms)
@@ -1596,7 +1599,7 @@ def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory,
                        reason="" if vres == z3.sat else "premises not shown satisfiable")
     if res != z3.sat:
         why = s.reason_unknown() if s is not None else "no budget"
-        if ms >= backstop_ms(int(rlimit * min(share for _, share in portfolio))):
+        if cut:
             # z3 says "canceled" for the resource limit and the backstop alike; the time
             # tells them apart. The one machine-dependent verdict: said so, so that a flip
             # between runs is read as load, not as a change of the kernel or the verifier

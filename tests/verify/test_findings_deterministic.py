@@ -55,3 +55,21 @@ def test_findings_do_not_depend_on_the_process():
     differ = [(a, b) for a, b in zip(lines, second.splitlines()) if a != b]
     assert first == second, "findings differ between two processes:\n" + "\n".join(
         f"- {a[:400]}\n+ {b[:400]}" for a, b in differ[:4])
+
+
+def test_an_unknown_says_when_a_wall_clock_backstop_cut_it(monkeypatch):
+    """An unknown out of its resource limit has no time in its reason; one whose check ran
+    to its wall-clock backstop (here: a backstop of 0 ms) says so (machine-dependent)."""
+    import z3
+
+    from argus.verify import solver
+
+    x, y, z = z3.Ints("det_x det_y det_z")
+    query = ([x > 1, y > 1, z > 1], [("no cube sum", x * x * x + y * y * y != z * z * z)])
+    plain = solver.prove(*query, rlimit=1)
+    assert plain.status == "unknown" and "out of budget" in plain.reason, plain
+    assert "backstop" not in plain.reason and " ms" not in plain.reason, plain.reason
+    monkeypatch.setattr(solver, "backstop_ms", lambda rlimit: 0)
+    cut = solver.prove(*query, rlimit=1)
+    assert cut.status == "unknown" and "wall-clock backstop cut a check short" in cut.reason, \
+        cut.reason
