@@ -416,12 +416,13 @@ class AttentionSchedule:
             # FA3_CARRY_SLACK registers and spills past it (240: 196 clean, 208 spills; 160:
             # 104 clean, 128 spills): the loop's scalars (addresses, counters, the rows' max
             # and sum) take the rest. Two CTAs an SM compile at the entry count (problems_for)
-            p_carried = self.block_n // (4 if self.packed_p and dtype.bits == 16 else 2)
+            packed = self.packed_p and dtype.bits == 16
+            p_carried = self.block_n // (4 if packed else 2)
             carried = head_dim // 2 + self.block_n // 2 + p_carried
             if carried > self.consumer_regs - FA3_CARRY_SLACK:
                 problems.append(f"fa3_overlap carries O ({head_dim // 2}), S "
                                 f"({self.block_n // 2}) and P ({p_carried}, "
-                                + ("packed" if p_carried * 4 == self.block_n else "fp32")
+                                + ("packed" if packed else "fp32")
                                 + f") registers per thread: {carried} spill in consumer_regs="
                                   f"{self.consumer_regs} (the loop's scalars need "
                                   f"{FA3_CARRY_SLACK} more): use a smaller block_n"
