@@ -934,6 +934,15 @@ class SharedBlockScales:
             return per_row, _column(w, i), None
         return per_row, _column(w[0:1, :], i), _column(w[1:2, :], i)
 
+    def read_plane(self, stage, wg, plane, k):
+        """`read` with one weight scale: row `plane` (a runtime index) of the stage's weight
+        box, so a warpgroup-dependent choice of block is one shared-memory address, not a
+        select in every promoted element (the MoE half tile's column half,
+        MoeFp8Schedule.half_tile_last). (per-row [rows, 1], weight [1, 1])."""
+        i = k % SCALE_BOX
+        per_row = _column(ag.load_shared(self.sa[stage].rows_of(wg * self.rows, self.rows)), i)
+        return per_row, _column(ag.load_shared(self.sb[stage].rows_of(plane, 1)), i)
+
     def for_unit(self, first_col) -> "SharedBlockScales":
         """These buffers for the unit whose tile starts at output column `first_col`: where
         the tile straddles a weight block, its columns before the next block's first take

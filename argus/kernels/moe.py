@@ -184,6 +184,12 @@ class MoeSchedule(WarpSpecializedSchedule):
         return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @property
+    def reads_tile_rows(self) -> bool:
+        """Whether the prefill kernels take TileRows (each m-tile's routed rows) and routing
+        writes it: skip_pad_halves here; MoeFp8Schedule.half_tile_last too."""
+        return self.skip_pad_halves
+
+    @property
     def pad(self) -> int:
         """Rows each expert's segment is padded to: the rows of one unit (a cluster's tiles),
         or with swap_ab one token tile."""
@@ -495,13 +501,15 @@ def grouped_gemm_kernel(gated: bool, partial: bool = False, fused: bool = False,
 
 def check_tile_rows(s: MoeSchedule, TileRows) -> None:
     """The kernel's TileRows argument (its tile_rows variant) and the schedule's
-    skip_pad_halves go together: every prefill grouped GEMM (bf16 and fp8)."""
-    if s.skip_pad_halves and TileRows is None:
-        raise ag.TraceError("skip_pad_halves reads each m-tile's routed rows from TileRows: "
+    skip_pad_halves (or the fp8 half_tile_last: MoeSchedule.reads_tile_rows) go together:
+    every prefill grouped GEMM (bf16 and fp8)."""
+    if s.reads_tile_rows and TileRows is None:
+        who = "skip_pad_halves" if s.skip_pad_halves else "half_tile_last"
+        raise ag.TraceError(f"{who} reads each m-tile's routed rows from TileRows: "
                             "this kernel has no such argument",
                             fix="build the kernel with tile_rows=True and pass routing's "
                                 "TileRows after Tiles")
-    if TileRows is not None and not s.skip_pad_halves:
+    if TileRows is not None and not s.reads_tile_rows:
         try:   # the second fix only where this schedule can take it
             replace(s, skip_pad_halves=True)
             fix = ("build it with tile_rows=False, or pass the schedule with "
@@ -526,7 +534,7 @@ def routed_rows(TileRows, s: MoeSchedule, m, wg):
 
 
 def consume_unit(ring: OperandRing, k_steps, s: MoeSchedule, TileRows, m, wg, work,
-                 real=None) -> None:
+                 real=None, half=None) -> None:
     """A consumer warpgroup's share of a prefill unit on m-tile m, every grouped GEMM (bf16
     and fp8): work() (its wgmma, promotion and epilogue), or with MoeSchedule.skip_pad_halves,
     where its rows of the m-tile are all padding (`routed_rows`), the ring protocol only: each
@@ -536,7 +544,24 @@ def consume_unit(ring: OperandRing, k_steps, s: MoeSchedule, TileRows, m, wg, wo
     warpgroup's own (Staging.slot), so no other warpgroup waits on this one's stores.
     `real` (the fp8 GEMM's pair_multicast): > 0 when m-tile m exists (the tiles routing
     counted minus m), else the m-tile is the missing second of an odd count's last pair and
-    is skipped the same way."""
+    is skipped the same way. `half` (the fp8 GEMM's half_tile_last): where the unit's
+    m-tile holds at most bm / consumers routed rows, every consumer warpgroup runs half()
+    instead of work() (one test for all of them: warpgroup 1's rows all padding), each a
+    share of the tile's columns on rows [0, bm / consumers), consuming the same k_steps."""
+    if half is not None:
+        if s.skip_pad_halves or real is not None:
+            raise ag.TraceError("half_tile_last computes the padding warpgroup's share of the "
+                                "tile, skip_pad_halves and pair_multicast skip it: one of "
+                                "them", fix="pass half_tile_last=False or "
+                                            "skip_pad_halves=pair_multicast=False")
+        routed, first = routed_rows(TileRows, s, m, 1)
+        spare = routed - first
+        # complements, as below: both branches consume k_steps
+        with ag.when(spare > 0):
+            work()
+        with ag.when(spare <= 0):
+            half()
+        return
     if not s.skip_pad_halves and real is None:
         work()
         return

@@ -239,6 +239,22 @@ class MoeFp8Schedule(MoeSchedule):
     # second m-tile is read before it is known to be real): argus.ops.moe allocates it.
     # Out of repr when False
     pair_multicast: bool = field(default=False, repr=False)
+    # an expert's last m-tile holding <= 64 routed rows as a half tile (docs/perf/moe.md,
+    # h297's design; the smem-scale kernel, n_split = 2, bm = 128, bn = 256, two consumers):
+    # instead of warpgroup 1 multiplying rows [64, 128), all padding, both warpgroups take
+    # rows [0, 64) and warpgroup j column half j of the tile: the down's 128 columns
+    # [128 j, +128) (one m64n128 wgmma a K block, its one weight block's scale), the
+    # gate-up's h columns [64 j, +64) of both planes (two m64n64 wgmmas, so silu(gate) * up
+    # stays in one thread), each storing its half (`_half_tile`). skip_pad_halves left
+    # warpgroup 0 alone on the tensor cores (slower on the H100); here both stay busy, each
+    # on half the work. The choice is per unit and the same for both warpgroups (the
+    # m-tile's routed rows from TileRows: `moe.consume_unit(half=...)`). Rows [64, 128) of
+    # such a tile are padding: never written. Out of repr when False
+    half_tile_last: bool = field(default=False, repr=False)
+
+    @property
+    def reads_tile_rows(self) -> bool:
+        return self.skip_pad_halves or self.half_tile_last
 
     @property
     def piece(self) -> int:
@@ -283,6 +299,21 @@ class MoeFp8Schedule(MoeSchedule):
                             f"32 (half of each B box a CTA) and, persistent, num_sms >= 2 (got "
                             f"smem_scales={self.smem_scales}, cluster_m={self.cluster_m}, "
                             f"cluster_n={self.cluster_n}, bn={self.bn}, num_sms={self.num_sms})")
+        if self.half_tile_last:
+            why = [what for what, bad in (
+                ("smem_scales=True", not self.smem_scales),
+                ("n_split=2", self.n_split != 2),
+                ("bm=128, bn=256, consumers=2", (self.bm, self.bn, self.consumers)
+                 != (128, 256, 2)),
+                ("quantize_out=False (a 1x128 scale group would span both warpgroups)",
+                 self.quantize_out),
+                ("skip_pad_halves=False", self.skip_pad_halves),
+                ("pair_multicast=False", self.pair_multicast),
+                ("scheduler='static'", self.scheduler != "static")) if bad]
+            if why:
+                problems.append(f"half_tile_last splits an expert's last 64-row m-tile's "
+                                f"columns between the two consumer warpgroups of the "
+                                f"smem-scale split kernel: it needs {', '.join(why)}")
         if self.quantize_out and (self.n_split != 2 or self.bn != 256):
             problems.append(f"quantize_out quantizes the gate-up's unit tile as one 1x128 "
                             f"scale group: it needs n_split=2 and bn=256 (128 columns of h a "
@@ -724,13 +755,94 @@ def grouped_gemm_fp8_smem_kernel(gated: bool, quantize: bool = False, k_major: b
                     _epilogue(C, ScaleC, quantize, k_major, s, m, n, row0, wg, acc, staging,
                               gated)
 
+                def half(m=m, n=n):
+                    # all routed rows in [0, 64): both warpgroups on them, a column half each
+                    acc = _half_tile_mma(ring, k_steps, wg, scales.for_unit(n * s.bn), gated)
+                    _store_half_tile(C, s, m, n, wg, acc, staging, gated)
+
                 # a pair's missing second m-tile (odd count): the ring protocol only
                 consume_unit(ring, k_steps, s, TileRows, m, wg, work,
-                             real=m_tiles - m if pair else None)
+                             real=m_tiles - m if pair else None,
+                             half=half if s.half_tile_last else None)
 
     name = "moe_fp8_gate_up_smem" if gated else "moe_fp8_down_smem"
     return _variant(moe_fp8_grouped_gemm_smem, name, annotations, quantize, k_major,
                     FP8_PREFILL_SPLIT_SMEM, tile_rows, dynamic)
+
+
+def _half_tile_mma(ring: OperandRing, k_steps, wg, scales: SharedBlockScales, gated: bool):
+    """Warpgroup wg's share of a half tile (MoeFp8Schedule.half_tile_last): the m-tile's rows
+    [0, 64) (warpgroup 0's A rows: all its routed rows) times column half wg of the stage's B
+    tile, over every K block, promoted with the block's scales as split_promoted_mma does
+    (each block's partial made inside the step, scale-d = 0, so it is live only from its
+    wgmma to its promotion). The down: B rows [128 wg, +128), one m64n128 partial, the
+    weight scale of the tile's 128-column block wg (the two-plane box's row wg), returned as
+    one [64, 128] sum. The gate-up: h columns [64 wg, +64): gate rows [64 wg, +64) and up
+    rows [128 + 64 wg, +64) of B, two m64n64 partials, each times its plane's scale (both
+    planes' blocks cover the unit's 128 rows of a plane), returned as (gate, up) [64, 64]
+    sums. The activation scales are rows [0, 64)'s (SharedBlockScales.read of warpgroup 0)."""
+    rows = ring.bm // ring.consumers
+    half = ring.bn // 2
+    a_first = 0   # every warpgroup reads A rows [0, rows)
+    if gated:
+        quarter = half // 2
+        gate = ag.zeros((rows, quarter), ag.f32)
+        up = ag.zeros((rows, quarter), ag.f32)
+    else:
+        acc = ag.zeros((rows, half), ag.f32)
+    for k in ag.range(k_steps):
+        with ring.pipe.consume() as stage:
+            a = ring.a[stage].rows_of(a_first, rows)
+            if gated:
+                col, left, right = scales.read(stage, a_first, True, k)
+                # both planes' scales before the first wgmma (split_promoted_mma's order)
+                scale_g, scale_u = col * left, col * right
+                g = ag.zeros((rows, quarter), ag.f32, by_wgmma=True)
+                ag.wgmma(a, ring.b[stage].rows_of(wg * quarter, quarter), g)
+                gate = gate + g * scale_g
+                u = ag.zeros((rows, quarter), ag.f32, by_wgmma=True)
+                # pinned behind the gate's promotion, as split_promoted_mma's second half
+                ag.wgmma(a, ring.b[stage].rows_of(half + wg * quarter, quarter), u,
+                         pinned=True)
+                up = up + u * scale_u
+            else:
+                # block wg's weight scale: row wg of the stage's two-block box (a select on
+                # wg instead was rendered into every promoted element: ~190 branches a block)
+                col, weight = scales.read_plane(stage, a_first, wg, k)
+                scale = col * weight
+                part = ag.zeros((rows, half), ag.f32, by_wgmma=True)
+                ag.wgmma(a, ring.b[stage].rows_of(wg * half, half), part)
+                acc = acc + part * scale
+    return (gate, up) if gated else acc
+
+
+def _store_half_tile(C, s: MoeFp8Schedule, m, n, wg, acc, staging: Staging | None,
+                     gated: bool) -> None:
+    """A half tile's store (MoeFp8Schedule.half_tile_last): warpgroup wg's column half of
+    rows [m bm, +64) (the m-tile's first 64 rows: both warpgroups store there): the down's
+    128 columns [n bn + 128 wg, +128), the gate-up's 64 columns [n bn / 2 + 64 wg, +64) of
+    h, silu(gate) * up. Through the warpgroup's own staging slots (epilogue='tma'), else
+    from registers."""
+    row0 = m * s.bm
+    if gated:
+        quarter = s.bn // 4
+        col0 = n * (s.bn // 2) + wg * quarter
+        if staging is not None:   # one 64-column block of the warpgroup's two
+            one = dataclasses.replace(staging, blocks=quarter // staging.width)
+            _store_gated_staged(C, row0, col0, wg, acc, one, quarter, s.fast_silu,
+                                s.rsqrt_silu)
+        else:
+            out = silu_mul(acc[0], acc[1], s.fast_silu, s.rsqrt_silu)
+            ag.store(C, (row0, col0), out.to(ag.bf16))
+        return
+    half = s.bn // 2
+    if staging is not None:
+        # rows=0: every warpgroup's rows start at the m-tile's first row (the staging slots
+        # stay the warpgroup's own: slot(wg, j))
+        store_tile_staged(C, Unit((), m, n * 2 + wg), wg, acc, staging, bm=s.bm, bn=half,
+                          rows=0, finish=lambda t: t.to(ag.bf16))
+    else:
+        ag.store(C, (row0, n * s.bn + wg * half), acc.to(ag.bf16))
 
 
 def _produce_pairs(ring: OperandRing, units, share, A, W, s: MoeFp8Schedule, k_steps,

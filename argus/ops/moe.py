@@ -564,8 +564,10 @@ class Layer:
     @property
     def tile_rows(self) -> bool:
         """Whether routing writes TileRows (each m-tile's routed rows): a GEMM's schedule skips
-        its consumer warpgroups' all-padding rows (MoeSchedule.skip_pad_halves)."""
-        return self.schedule.skip_pad_halves or self.down.skip_pad_halves
+        its consumer warpgroups' all-padding rows (MoeSchedule.skip_pad_halves) or computes
+        an expert's last m-tile as a half tile (MoeFp8Schedule.half_tile_last):
+        MoeSchedule.reads_tile_rows."""
+        return self.schedule.reads_tile_rows or self.down.reads_tile_rows
 
     @property
     def fp8(self) -> bool:
@@ -815,7 +817,7 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
             _k_slices(gate_up, s.split_k), tile_expert, tiles, ws["h_parts"], s=s)
         run(split_finish_kernel(s.split_k, s.bn), ws["h_parts"], tiles, ws["h"])
     else:
-        run(grouped_gemm_kernel(True, tile_rows=s.skip_pad_halves), ws["xp"], gate_up,
+        run(grouped_gemm_kernel(True, tile_rows=s.reads_tile_rows), ws["xp"], gate_up,
             tile_expert, tiles, *_rows_for(s, ws), ws["h"], s=s)
     down = layer.down
     if down.split_k > 1:   # decode: the combine adds the K slices' partial sums up
@@ -825,7 +827,7 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
                              down.split_k, pdl=down.pdl_combine), ws["y_parts"], pos, weights,
             out)
     else:
-        run(grouped_gemm_kernel(False, tile_rows=down.skip_pad_halves), ws["h"], w2,
+        run(grouped_gemm_kernel(False, tile_rows=down.reads_tile_rows), ws["h"], w2,
             tile_expert, tiles, *_rows_for(down, ws), ws["y"], s=down)
         # a down with pdl_combine: the combine waits for it on the device, launched early
         run(R.combine_kernel(layer.top_k, BH, pdl=down.pdl_combine), ws["y"], pos, weights,
@@ -837,8 +839,9 @@ def experts(x, w13, w2, topk_ids, topk_weights, layer: Layer, *, interpret: bool
 
 def _rows_for(s: MoeSchedule, ws: dict) -> tuple:
     """The TileRows argument of a grouped GEMM whose schedule skips all-padding warpgroup rows
-    (MoeSchedule.skip_pad_halves: its kernel's tile_rows variant), else nothing."""
-    return (ws["tile_rows"],) if s.skip_pad_halves else ()
+    (MoeSchedule.skip_pad_halves) or computes a half tile (MoeFp8Schedule.half_tile_last):
+    its kernel's tile_rows variant (MoeSchedule.reads_tile_rows), else nothing."""
+    return (ws["tile_rows"],) if s.reads_tile_rows else ()
 
 
 def _pad4(n: int) -> int:
@@ -931,8 +934,8 @@ def _fp8_gemms(x, w13, w2, operands, layer: Layer, run, ws: dict) -> None:
     # the down's layout), no bf16 h and no quantize_1x128 launch
     fused = layer.schedule.quantize_out
     outs = (ws["hq"], ws["hs"].view(M, -1) if down else ws["hs"]) if fused else (ws["h"],)
-    # skip_pad_halves: a GEMM's tile_rows variant, TileRows after tiles
-    skip, skip_down = layer.schedule.skip_pad_halves, layer.down.skip_pad_halves
+    # skip_pad_halves / half_tile_last: a GEMM's tile_rows variant, TileRows after tiles
+    skip, skip_down = layer.schedule.reads_tile_rows, layer.down.reads_tile_rows
     rows, rows_down = _rows_for(layer.schedule, ws), _rows_for(layer.down, ws)
     # scheduler="dynamic": the kernel's work counter last (one word per stream, shared by the
     # two GEMMs: each launch leaves it zero for the next in stream order; dynamic_walk)
