@@ -1139,6 +1139,16 @@ def fp8_variants() -> dict:
             "split_smem_tma_skip": replace(FP8_PREFILL_SPLIT_SMEM_TMA, skip_pad_halves=True),
             "split_smem_tma_rsqrt_skip": replace(FP8_PREFILL_SPLIT_SMEM_TMA, rsqrt_silu=True,
                                                  skip_pad_halves=True),
+            # an expert's last m-tile of <= 64 routed rows as a half tile
+            # (MoeFp8Schedule.half_tile_last, h297's design): both consumer warpgroups on
+            # its rows [0, 64), a column half each, instead of one of them on 64 padding
+            # rows; both GEMMs, and the down only (its simpler epilogue). Bit-identical
+            # routed rows in the interpreter; not measured on a GPU yet (upper bound at the
+            # bench routing: 5.9-6.5% fewer tile-equivalents, docs/perf/moe.md)
+            "split_smem_tma_half": replace(FP8_PREFILL_SPLIT_SMEM_TMA, half_tile_last=True),
+            "split_smem_tma_half_down": (FP8_PREFILL_SPLIT_SMEM_TMA,
+                                         replace(FP8_PREFILL_SPLIT_SMEM_TMA,
+                                                 half_tile_last=True)),
             # same-expert pair multicast (MoeFp8Schedule.pair_multicast): 2-CTA clusters
             # along M whose two m-tiles share the weight tile by TMA multicast when they have
             # one expert, 128-row padding kept (the gate-up's weights were read ~3x from DRAM

@@ -386,6 +386,12 @@ for s in "${steps[@]}"; do
     moefp856) run_step moefp856 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 \
         --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \
         --out "$OUT/moefp856" ;;
+    # 2026-12-07 (h305): the half tile of an expert's last <= 64-row m-tile
+    # (MoeFp8Schedule.half_tile_last) against the default, both GEMMs and the down only
+    half57) run_step half57 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py --fp8 \
+        --tokens 16384 --rounds 3 \
+        --fp8-only split_smem_tma split_smem_tma_half split_smem_tma_half_down \
+        --out "$OUT/half57" ;;
     *) echo "unknown step $s" ;;
   esac
 done

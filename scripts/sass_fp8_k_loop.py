@@ -77,7 +77,10 @@ def moe_schedules() -> list[tuple[str, object]]:
             ("moe gate-up split_smem_tma", D), ("moe down split_smem_tma", D),
             ("moe gate-up split_smem_tma rsqrt_silu", replace(D, rsqrt_silu=True)),
             ("moe gate-up split_smem_tma fast+rsqrt_silu", replace(D, rsqrt_silu=True,
-                                                                     fast_silu=True))]
+                                                                     fast_silu=True)),
+            # MoeFp8Schedule.half_tile_last: a second K loop (the half tile's), `half_loop`
+            ("moe gate-up split_smem_tma half_tile_last", replace(D, half_tile_last=True)),
+            ("moe down split_smem_tma half_tile_last", replace(D, half_tile_last=True))]
 
 
 def variant_schedules() -> list[tuple[str, object]]:
@@ -143,7 +146,8 @@ def render(schedule, generic: bool = False, per_tensor: bool = False, name: str 
     if moe_gemm(name):
         from argus.kernels.moe_fp8 import grouped_gemm_fp8_smem_kernel
         gated = name.startswith("moe gate-up")
-        kernel = lower_only(grouped_gemm_fp8_smem_kernel(gated), s=schedule)
+        kernel = lower_only(grouped_gemm_fp8_smem_kernel(
+            gated, tile_rows=schedule.reads_tile_rows), s=schedule)
         if not generic:
             symbols = MOE_GATE_UP if gated else MOE_DOWN
             kernel = alignment.specialize(kernel, launch_specialization(kernel, symbols))
@@ -181,13 +185,22 @@ def measure(schedule, sass_dir: Path | None = None, name: str = "",
     # the interval loop's group (N steps unrolled) is not the shortest loop around a QGMMA:
     # its tail (one step a trip) is; take the shortest one holding a whole group's QGMMAs
     loop = k_loop(sass) if every == 1 else _loop_with(sass, 4 * every)
+    half_loop = None
+    if getattr(schedule, "half_tile_last", False):
+        # two K loops: the full tile's (reported as the K loop, comparable to the default's)
+        # and the half tile's (half the FFMA), whichever k_loop found first
+        other = _other_loop(sass, loop)
+        ffma = [k_loop_classes(x).get("FFMA", 0) for x in (loop, other)]
+        loop, half_loop = (other, loop) if ffma[0] < ffma[1] else (loop, other)
     classes = k_loop_classes(loop)
     # a K block is 128 deep: 4 QGMMA (k32) per 64 x bn wave, 8 for the two halves of a split
     # step; the overlapped loop holds two K blocks per trip
     # step; the overlapped loop holds two K blocks per trip, the interval loop promote_every
     blocks = 2 if getattr(schedule, "overlap", False) else every
     per_block = {k: v / blocks for k, v in classes.items()}
-    return {"registers": res.registers, "spill_bytes": res.spill_stores + res.spill_loads,
+    extra = {} if half_loop is None else {"half_loop": dict(k_loop_classes(half_loop))}
+    return {**extra, "registers": res.registers,
+            "spill_bytes": res.spill_stores + res.spill_loads,
             "blocks_per_trip": blocks, "per_block": per_block, "gaps": promotion_gaps(loop),
             "total": sum(classes.values()) / blocks, "unit_rest": unit_rest(sass, loop),
             "bookkeeping": sum(v for k, v in classes.items() if k not in ("FFMA", "QGMMA"))
@@ -271,6 +284,27 @@ def _loop_with(sass: str, qgmma: int) -> list[str]:
     return lines[first:last + 1]
 
 
+def _other_loop(sass: str, loop: list[str]) -> list[str]:
+    """The shortest loop around a QGMMA that does not overlap `loop` (runtime/sass.k_loop's
+    walk): MoeFp8Schedule.half_tile_last's second K loop."""
+    import re
+
+    lines = sass.splitlines()
+    first = lines.index(loop[0])
+    last = first + len(loop) - 1
+    labels = {m.group(1): i for i, line in enumerate(lines)
+              for m in [re.match(r"^\s*(\.L_x_\d+):", line)] if m}
+    loops = [(labels[m.group(1)], i) for i, line in enumerate(lines)
+             for m in [re.search(r"BRA `\((\.L_x_\d+)\)", line)]
+             if m and labels.get(m.group(1), len(lines)) < i]
+    around = [(b - a, a, b) for a, b in loops if (b < first or a > last)
+              and any(re.search(r"\bQGMMA\b", x) for x in lines[a:b])]
+    if not around:
+        raise ValueError("no second loop around a QGMMA in the SASS")
+    _, a, b = min(around)
+    return lines[a:b + 1]
+
+
 def _row(name: str, m: dict) -> str:
     p = m["per_block"]
     rest = ", ".join(f"{k} {v:g}" for k, v in sorted(p.items(), key=lambda kv: -kv[1])
@@ -315,6 +349,12 @@ def main() -> int:
         out[name] = measure(s, args.sass, name, args.generic)
         out[name]["schedule"] = repr(s)
         print(_row(name, out[name]), flush=True)
+        if "half_loop" in out[name]:   # the half tile's K loop: QGMMA, FFMA, the rest
+            h = out[name]["half_loop"]
+            print(f"|   (half tile K loop) | | {sum(h.values())} | {h.get('QGMMA', 0)} | "
+                  f"{h.get('FFMA', 0)} | "
+                  f"{sum(v for k, v in h.items() if k not in ('FFMA', 'QGMMA'))} | | | |",
+                  flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

@@ -285,3 +285,32 @@ def test_moe_fp8_kept_scale_operands_replay_and_see_updates(form):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, call(None, s13.clone(), s2.clone()))
+
+
+@pytest.mark.parametrize("which", ["both", "down", "gate_up"])
+@pytest.mark.parametrize("T,E,k,H,I", [(1500, 16, 4, 1024, 768),
+                                       (512, 32, 8, 7168, 2048)])   # DeepSeek-V3's H and I
+def test_moe_fp8_half_tile_last_is_bit_identical_on_the_card(which, T, E, k, H, I):
+    """MoeFp8Schedule.half_tile_last (an expert's last m-tile of <= 64 routed rows computed
+    by both consumer warpgroups on its rows [0, 64), a column half each) gives the layer of
+    the prefill default bit for bit (the same wgmma K blocks and promotions per element: as
+    in the interpreter, tests/moe/test_moe_half_tile.py), on both GEMMs or one of them, at
+    routing with zero-row experts and last tiles of <= 64 and > 64 rows; and float64 within
+    the default's tolerance."""
+    from dataclasses import replace
+
+    from argus.kernels.moe_fp8 import FP8_PREFILL_SPLIT_SMEM_TMA as D
+    from argus.ops.moe import reference_fp8
+    from tests.gpu.test_moe_skip_pad_halves_gpu import _bits, _fp8_outs, _routing, _tails
+
+    half = replace(D, half_tile_last=True)
+    schedule = {"both": half, "down": (D, half), "gate_up": (half, D)}[which]
+    x, _, w13, s13, w2, s2 = layer = _fp8_layer(T, E, H, I, seed=3 + T)
+    ids, w = _routing(T, E, k, seed=4 + T, empty=2 if E == 16 else 3)
+    tails = _tails(ids, E)
+    assert any(0 < t <= 64 for t in tails) and any(t > 64 for t in tails), tails
+    outs = _fp8_outs(layer, ids, w, (D, schedule))
+    assert torch.equal(_bits(outs[0]), _bits(outs[1]))
+    ref = reference_fp8(x, w13, w2, s13, s2, ids, w)
+    err = ((outs[1].double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-2, err
