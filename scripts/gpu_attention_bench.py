@@ -162,7 +162,11 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     build with fewer spills, and "bnN" applies to "default" too: "default+packp+bn160" at
     head dim 128, "default+packp+bn176+direct" (FA3's 128 x 176; no spills since h302, 120 B
     full before; the TMA-store epilogue does not fit there, "+direct"),
-    "default+packp+bn80+direct" at 256."""
+    "default+packp+bn80+direct" at 256. "ppfa3" (on "default"): FA3's full configuration,
+    ping-pong (ordered) with FA3's overlap order (fa3_overlap), the turn around S_j and
+    P_{j-1} V_{j-1}; at head dim 64 on the 192 x 128 tile of three warpgroups (the two-CTA
+    default of short lengths replaced): "default+ppfa3+packp" (P carried packed: the fp32
+    carry spills at head dim 64), "default+ppfa3+packp+bn176+direct" (128 x 176 at 128)."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -227,6 +231,16 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
             extra["early_q_release"] = False
         if "cl2" in parts and default_schedule(head_dim, causal, seq_len).tile_order == "lpt":
             extra["tile_order"] = "head"   # full masks: the order only moves L2 reuse
+        if "ppfa3" in parts:
+            # FA3's full configuration: ping-pong turns around both GEMM issues of the overlap
+            # order (ordered + fa3_overlap); where the default runs two CTAs an SM (head dim
+            # 64's short lengths) base_schedule's one-CTA tile (192 x 128, three warpgroups)
+            extra.update(ordered=True, fa3_overlap=True, intra_wg_overlap=False)
+            if default_schedule(head_dim, causal, seq_len).ctas_per_sm > 1:
+                base = base_schedule(head_dim)
+                extra.update({f: getattr(base, f) for f in (
+                    "block_m", "block_n", "consumers", "producer_regs", "consumer_regs",
+                    "ctas_per_sm", "tile_order")})
         keys = [int(p[2:]) for p in parts if p.startswith("bn") and p[2:].isdigit()]
         if keys:                # a key block size on the default (FA3's wider tiles, packp)
             extra["block_n"] = keys[0]
@@ -789,7 +803,7 @@ def main() -> int:
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
                              "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, earlyq, snake, "
-                             "cl2, grid, bnN, "
+                             "cl2, grid, bnN, packp, ppfa3, "
                              "stN, emuN, "
                              "ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "

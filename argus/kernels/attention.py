@@ -23,7 +23,11 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   S = Q K^T (ag.ordered sections, named barriers), so one's softmax and P V overlap another's
   S; Q then lives in registers, loaded once per tile straight into the wgmma A fragment (a turn
   is never awaited while a ring slot is held, and Q's one-stage ring would hold one). Proven
-  like the default;
+  like the default. With `fa3_overlap` too (FA3's full configuration), one turn wraps both
+  issues of an iteration, S_j and P_{j-1} V_{j-1}, inside the K and V steps, and Q stays in
+  shared memory: the turn holder waits for nothing inside its turn, and the warpgroup with
+  the earliest pending turn finds its K and V slots filled (every warpgroup has finished the
+  iteration two back, so their slots were released). Proven like the default;
 * optionally (`intra_wg_overlap`), FA3's intra-warpgroup overlap: S of block j is issued
   before the softmax of block j - 1. It runs correctly (interpreter and GPU tests) but does
   not verify yet: the verifier loses the key tags of S carried across the loop's back edge,
@@ -163,8 +167,13 @@ class AttentionSchedule:
     # it out in whole lines while the next tile runs (docs/perf/attention.md, h290)
     store_cols: int = 0
     # Ping-pong (FA3): consumer warpgroups take turns issuing S = Q K^T (ag.ordered: named
-    # barriers), so one's softmax overlaps the other's GEMMs. Q then lives in registers (a
-    # turn is never awaited while a ring slot is held, and Q's step would hold one).
+    # barriers), so one's softmax overlaps the other's GEMMs. In the plain loop Q then lives
+    # in registers (q_in_registers: the turn wraps the K step, before Q's slot was held by
+    # a consume step around the loop). With fa3_overlap (FA3's full configuration) the turn
+    # wraps both issues, S_j and P_{j-1} V_{j-1}, inside the K and V steps, Q read from its
+    # stage: every warpgroup consumes every Q, K and V step, which ag.ordered accepts (the
+    # turn holder needs no slot only the waiter's release frees), and S stays a
+    # shared-memory wgmma, so it is not retired inside the turn as a register-A one would be
     ordered: bool = False
     # FA3's intra-warpgroup overlap: issue S = Q K^T of the next block before the softmax of
     # this one, so the softmax runs while the tensor cores compute (S of two blocks live).
@@ -250,6 +259,13 @@ class AttentionSchedule:
     # its wait in the SASS. Not the default until measured on a GPU
     packed_p: bool = False
 
+    @property
+    def q_in_registers(self) -> bool:
+        """Ping-pong in the plain loop keeps Q in registers (its turn wraps the K step alone,
+        and an rs wgmma is retired inside its turn); with fa3_overlap the turn wraps both
+        issues inside the K and V steps and S reads Q from its shared-memory stage."""
+        return self.ordered and not self.fa3_overlap
+
     def __post_init__(self) -> None:
         problems = self._problems()
         if problems:
@@ -301,9 +317,11 @@ class AttentionSchedule:
         if self.ordered and self.consumers < 2:
             problems.append("ordered=True (ping-pong) needs 2 or 3 consumer warpgroups to take "
                             "turns")
-        if self.ordered and (self.intra_wg_overlap or self.fa3_overlap):
-            problems.append("ordered=True (ping-pong) is not combined with an intra-warpgroup "
-                            "overlap yet")
+        if self.ordered and self.intra_wg_overlap:
+            # fa3_overlap takes the turns (around S_j and P_{j-1} V_{j-1}); this older order
+            # has none
+            problems.append("ordered=True (ping-pong) is not combined with intra_wg_overlap: "
+                            "use fa3_overlap=True (FA3's order, which takes the turns)")
         if self.ordered and self.own_blocks:
             problems.append("own_blocks=True is not combined with ping-pong (ordered): the "
                             "warpgroups take turns each step, so each takes every step")
@@ -375,7 +393,7 @@ class AttentionSchedule:
         plain = not (self.intra_wg_overlap or self.fa3_overlap or self.ordered)
         p_regs = 0 if plain else self.block_n * dtype.bytes // 8   # packed, 2 or 4 a register
         live = head_dim // 2 + self.block_n // 2 * (2 if self.intra_wg_overlap else 1) \
-            + p_regs + (head_dim // 4 if self.ordered else 0)   # Q's A fragment
+            + p_regs + (head_dim // 4 if self.q_in_registers else 0)   # Q's A fragment
         if self.ctas_per_sm > 1:
             # ptxas compiles the whole kernel at the count a thread enters with (65536 /
             # (threads x ctas_per_sm), __launch_bounds__), whatever setmaxnreg hands the
@@ -397,7 +415,7 @@ class AttentionSchedule:
             problems.append(f"O ({head_dim // 2}), S ({self.block_n // 2}"
                             + (" twice" if self.intra_wg_overlap else "") + ")"
                             + (f" and P ({p_regs})" if p_regs else "")
-                            + (f" and Q ({head_dim // 4})" if self.ordered else "")
+                            + (f" and Q ({head_dim // 4})" if self.q_in_registers else "")
                             + f" registers per thread do not fit consumer_regs="
                               f"{self.consumer_regs}: use a smaller block_n")
         return problems
@@ -489,7 +507,7 @@ def packed_p_problems(packed_p: bool, fa3_overlap: bool) -> list[str]:
 def smem_bytes(s: AttentionSchedule, head_dim: int, dtype: DType = ag.bf16) -> int:
     """Shared memory of the kernel's buffers (barriers and alignment not counted)."""
     eb = dtype.bytes
-    q = 0 if s.ordered else s.block_m * head_dim * eb
+    q = 0 if s.q_in_registers else s.block_m * head_dim * eb
     kv = 2 * s.stages * s.block_n * head_dim * eb
     out_bytes = 2 if dtype.bits == 8 else eb   # FP8 writes bf16
     staged = min(s.store_cols or head_dim, head_dim)   # O's columns staged per round
@@ -851,12 +869,12 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
             pid_m, pid_h, pid_b = ag.grid(m_tiles, H, B)
             pid, total, programs = 0, 1, 1
 
-        # with ping-pong (ordered) the consumers keep Q in registers instead (see below)
-        sQ = None if s.ordered else ag.smem((1, atoms * BM, acols), dt, swizzle=swz)
+        # ping-pong in the plain loop keeps Q in registers instead (q_in_registers, see below)
+        sQ = None if s.q_in_registers else ag.smem((1, atoms * BM, acols), dt, swizzle=swz)
         sK = ag.smem((s.stages, atoms * BN, acols), dt, swizzle=swz)
         sV = ag.smem((s.stages, vatoms * D, vcols), dt, swizzle=vcols) if fp8 else \
             ag.smem((s.stages, atoms * BN, acols), dt, swizzle=swz)
-        q_pipe = None if s.ordered else ag.pipeline(1, consumers=C)
+        q_pipe = None if s.q_in_registers else ag.pipeline(1, consumers=C)
         k_pipe = ag.pipeline(s.stages, consumers=C)
         v_pipe = ag.pipeline(s.stages, consumers=C)
         if s.epilogue == "tma":
@@ -951,7 +969,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                         load_k(j)
                         load_v(j)
                 else:
-                    if not s.ordered:
+                    if not s.q_in_registers:
                         load_q()
                     prefetch_next_q()
                     for j in ag.range(_kv_blocks(q0, BM, BN, S, SK, causal, first)):
@@ -981,7 +999,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     qs: Q's stage in shared memory, or Q's register tile."""
                     sc = ag.zeros((ROWS, BN))
                     for a in range(atoms):
-                        q_atom = qs[:, acols * a:acols * (a + 1)] if s.ordered else \
+                        q_atom = qs[:, acols * a:acols * (a + 1)] if s.q_in_registers else \
                             sQ[qs].rows_of(a * BM + wg * ROWS, ROWS)
                         sc = ag.wgmma(q_atom, sK[ks].rows_of(a * BN, BN), sc)
                     return sc
@@ -1040,7 +1058,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                      a_acc_order=permuted_vt)
                     return o
 
-                if s.ordered:
+                if s.q_in_registers:
                     # FA3's ping-pong: the warpgroups take turns issuing S = Q K^T, so one's
                     # softmax and P V overlap the other's S. A turn is not taken while a ring
                     # slot is held (ag.ordered's rule), so Q is not held in a pipeline step
@@ -1078,11 +1096,26 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                 p = carry(p)
                             for j in ag.range(1, blocks):
                                 with k_pipe.consume() as ks:
-                                    sc = scores(qs, ks)                      # S_j
+                                    if not s.ordered:
+                                        sc = scores(qs, ks)                  # S_j
                                     if s.packed_p:   # the step's fp32 P_j (packed below)
                                         p_j = ag.zeros((ROWS, BN))
                                     with v_pipe.consume() as vs:             # V_{j-1}
-                                        o = pv(p, vs, o, alpha)
+                                        if s.ordered:
+                                            # FA3's ping-pong on top: one turn around both
+                                            # issues, S_j then P_{j-1} V_{j-1}, so the next
+                                            # warpgroup's GEMMs run during this one's
+                                            # softmax. The turn sits inside the K and V
+                                            # steps (V's full wait taken before it): every
+                                            # warpgroup consumes every step of Q, K and V
+                                            # (no pipe.skip), so the turn holder never needs
+                                            # a slot only the waiter's release frees
+                                            # (ag.ordered's rule)
+                                            with ag.ordered("mma"):
+                                                sc = scores(qs, ks)          # S_j
+                                                o = pv(p, vs, o, alpha)
+                                        else:
+                                            o = pv(p, vs, o, alpha)
                                         p_new, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
                                         if s.packed_p:
                                             p_j = p_new
