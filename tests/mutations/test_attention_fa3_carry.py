@@ -11,6 +11,8 @@ P V in one k-once count (check_wgmma.py, `_siblings`).
   * seeded bug: V loaded one block ahead (the producer's V coordinate (j + 1) * BN): the
     P_{j-1} V_{j-1} in the loop multiplies P's keys of block j - 1 with V's rows of block j;
     caught as wgmma.agree (A.sk == B.sk) naming the thread, register and loop iteration.
+    Caught the same with ping-pong on top (ordered: one turn around S_j and P_{j-1} V_{j-1},
+    the V step opened before S_j's issue).
 
 The row statistics' first block is reduced in the K step before the loop; reduce.coverage
 counts it as the loop's peeled first block (check_reduce.py, `_peeled`).
@@ -31,17 +33,19 @@ from argus.kernels.attention import attention_kernel, fa3_overlap_schedule
 from tests.mutations.corpus import ACC, rewrite
 
 
-def fa3_kernel(head_dim: int = 128, causal: bool = False, packed_p: bool = False):
-    """packed_p: P carried as the packed bf16 A fragment (lower/packed.py), the same program"""
+def fa3_kernel(head_dim: int = 128, causal: bool = False, packed_p: bool = False,
+               ordered: bool = False):
+    """packed_p: P carried as the packed bf16 A fragment (lower/packed.py), the same program;
+    ordered: ping-pong on top (FA3's full configuration: a turn around S_j and P_{j-1} V_{j-1})"""
     return lower_only(attention_kernel(head_dim, ag.bf16, causal, False),
                       s=dataclasses.replace(fa3_overlap_schedule(head_dim, causal),
-                                            packed_p=packed_p))
+                                            packed_p=packed_p, ordered=ordered))
 
 
-def v_one_block_ahead(head_dim: int = 128, packed_p: bool = False):
+def v_one_block_ahead(head_dim: int = 128, packed_p: bool = False, ordered: bool = False):
     """The kernel with the producer's V loads at key (j + 1) * BN instead of j * BN: a const
     BN and an add put in front of the V step's loads."""
-    kernel = fa3_kernel(head_dim, packed_p=packed_p)
+    kernel = fa3_kernel(head_dim, packed_p=packed_p, ordered=ordered)
     block_n = fa3_overlap_schedule(head_dim).block_n
     loads = [op for op in kernel.walk() if isinstance(op, O.TmaLoad)]
     v_loads = loads[-(head_dim // 64):]      # in order: Q's, K's, then V's column atoms
@@ -74,9 +78,10 @@ def test_fa3_overlap_schedule_verifies_clean(head_dim, causal):
     assert not errors, "\n".join(str(d) for d in errors)
 
 
-@pytest.mark.parametrize("packed_p", [False, True], ids=["fp32-p", "packed-p"])
-def test_v_one_block_ahead_is_caught_per_iteration(packed_p):
-    report = verify.run(v_one_block_ahead(packed_p=packed_p))
+@pytest.mark.parametrize("packed_p,ordered", [(False, False), (True, False), (True, True)],
+                         ids=["fp32-p", "packed-p", "packed-p-ping-pong"])
+def test_v_one_block_ahead_is_caught_per_iteration(packed_p, ordered):
+    report = verify.run(v_one_block_ahead(packed_p=packed_p, ordered=ordered))
     hits = [d for d in report.errors if d.code == "wgmma.agree" and "A.sk == B.sk" in str(d)
             and all(k in d.counterexample for k in ACC + ("iteration",))]
     assert hits, [(d.code, d.message[:160]) for d in report.errors]

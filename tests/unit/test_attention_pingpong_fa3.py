@@ -1,0 +1,83 @@
+"""Ping-pong (ordered) with FA3's overlap order (fa3_overlap): the schedule takes the pair and
+keeps Q in shared memory (q_in_registers only for the plain loop's ping-pong), still refuses
+ping-pong with the older intra_wg_overlap order and, for now, with the FP8 kernel; the bench
+token "ppfa3" sets only its fields; the generated loop is FA3's (turn wait, S_j, P_{j-1}
+V_{j-1}, turn pass, wait 1, softmax, wait 0); the shapes FA3 runs build without spills
+(NVRTC, sm_90a). The interpreter and verifier checks: tests/interp and tests/verify
+test_attention_pingpong_fa3*.py."""
+
+import dataclasses
+
+import pytest
+
+import argus as ag
+from argus.compiler import compile_kernel
+from argus.kernels.attention import (AttentionSchedule, attention_kernel, base_schedule,
+                                     default_schedule, smem_bytes)
+from tests.unit.attention_candidates import BENCH, assert_builds_without_spills
+
+
+def test_the_schedule_takes_the_pair_with_q_in_shared_memory():
+    s = AttentionSchedule(ordered=True, fa3_overlap=True)
+    assert not s.q_in_registers
+    assert AttentionSchedule(ordered=True).q_in_registers
+    # Q's stage is counted, and Q's register fragment is not
+    assert smem_bytes(s, 128) == smem_bytes(AttentionSchedule(fa3_overlap=True), 128)
+    assert smem_bytes(AttentionSchedule(ordered=True), 128) < smem_bytes(s, 128)
+    assert not any("Q (" in p for p in AttentionSchedule(
+        block_n=176, ordered=True, fa3_overlap=True, packed_p=True).problems_for(128))
+
+
+def test_the_refusals_that_remain():
+    with pytest.raises(ValueError, match="not combined with intra_wg_overlap"):
+        AttentionSchedule(ordered=True, intra_wg_overlap=True)
+    fp8 = AttentionSchedule(ordered=True, fa3_overlap=True)._fp8_problems()
+    assert any("bf16 / f16 only" in p for p in fp8), fp8
+    assert any("keeps Q in registers" in p for p in AttentionSchedule(ordered=True)
+               ._fp8_problems())
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_len", [1024, 4096, 16384])
+def test_the_token_sets_only_its_fields(causal, seq_len):
+    got = BENCH.variant_schedule("default+ppfa3", 128, causal, seq_len)
+    assert got == dataclasses.replace(default_schedule(128, causal, seq_len), ordered=True,
+                                      fa3_overlap=True)
+    # head dim 64: the default's tile, or base_schedule's one-CTA tile where it runs two
+    got64 = BENCH.variant_schedule("default+ppfa3+packp", 64, causal, seq_len)
+    d64 = default_schedule(64, causal, seq_len)
+    base = base_schedule(64)
+    assert got64.ordered and got64.fa3_overlap and got64.packed_p
+    assert (got64.block_m, got64.block_n, got64.consumers, got64.ctas_per_sm) == \
+        (base.block_m, base.block_n, base.consumers, 1)
+    assert got64.epilogue == d64.epilogue and got64.persistent == d64.persistent
+
+
+def test_the_generated_loop_is_fa3s_order():
+    s = dataclasses.replace(default_schedule(128), ordered=True)
+    src = compile_kernel(attention_kernel(128, ag.bf16, False, False), verify=False,
+                         s=s).source.text
+    turn = src.index("my turn in ordered section 'mma'")
+    passed = src.index("the next warpgroup's turn in ordered section 'mma'", turn)
+    body = src[turn:passed]
+    # S_j from shared memory, then P_{j-1} V_{j-1} from registers, both inside the turn
+    assert "_ss(" in body and "_rs_tb(" in body and body.index("_ss(") < body.index("_rs_tb(")
+    assert "wgmma_wait" not in body        # no group retired inside the turn
+    after = src[passed:]
+    assert after.index("wgmma_wait_pinned<1>") < after.index("wgmma_wait_pinned<0>")
+
+
+CASES = [("default+ppfa3", 128, False, 16384), ("default+ppfa3", 128, True, 16384),
+         ("default+ppfa3+packp+bn176+direct", 128, False, 16384),
+         ("default+ppfa3+packp+bn176+direct", 128, True, 16384),
+         ("default+ppfa3+packp", 64, False, 16384)]
+
+
+@pytest.mark.parametrize("variant,head_dim,causal,seq_len", CASES,
+                         ids=[f"{v}-d{d}-{'causal' if c else 'full'}-S{n}"
+                              for v, d, c, n in CASES])
+def test_builds_without_spills(variant, head_dim, causal, seq_len):
+    """NVRTC 13.0 (docs/perf/attention.md, h304): head dim 64's causal 192 x 128 spills 20 /
+    56 bytes and its TMA-store form 4 / 4, so only the full direct form is listed."""
+    assert_builds_without_spills(BENCH.variant_schedule(variant, head_dim, causal, seq_len),
+                                 head_dim, causal)

@@ -1,0 +1,38 @@
+"""Ping-pong (ordered) with FA3's overlap order (fa3_overlap), FA3's full configuration: one
+turn (ag.ordered) around both GEMM issues of an iteration, S_j then P_{j-1} V_{j-1}, inside
+the K and V steps, Q read from its shared-memory stage. Verifies with zero findings, turns
+proven (ordered.turns), at the bench token "ppfa3"'s schedules: head dim 64 on 192 x 128 in
+three warpgroups (P carried packed), head dim 128 at 128 x 128 in the grid and in the
+persistent walks the default takes at short lengths (early Q release, the snake), and FA3's
+128 x 176 with P packed. The seeded V-one-block-ahead bug is caught with the turns too
+(tests/mutations/test_attention_fa3_carry.py)."""
+
+import pytest
+
+import argus as ag
+from argus import verify
+from argus.compiler import lower_only
+from argus.kernels.attention import attention_kernel
+from tests.loading import load_script
+from tests.verify.test_attention_schedules import _assert_clean
+
+BENCH = load_script("gpu_attention_bench")
+
+CASES = [("default+ppfa3+packp", 64, False, 16384), ("default+ppfa3+packp", 64, True, 2048),
+         ("default+ppfa3", 64, False, 16384),
+         ("default+ppfa3", 128, False, 16384), ("default+ppfa3", 128, True, 16384),
+         ("default+ppfa3", 128, False, 1024), ("default+ppfa3", 128, False, 2048),
+         ("default+ppfa3+packp", 128, True, 4096),
+         ("default+ppfa3+packp+bn176+direct", 128, False, 16384),
+         ("default+ppfa3+packp+bn176+direct", 128, True, 16384)]
+
+
+@pytest.mark.parametrize("variant,head_dim,causal,seq_len", CASES,
+                         ids=[f"{v}-d{d}-{'causal' if c else 'full'}-S{n}"
+                              for v, d, c, n in CASES])
+def test_ping_pong_with_fa3_overlap_verifies_clean(variant, head_dim, causal, seq_len):
+    s = BENCH.variant_schedule(variant, head_dim, causal, seq_len)
+    assert s.ordered and s.fa3_overlap and s.problems_for(head_dim) == []
+    report = verify.run(lower_only(attention_kernel(head_dim, ag.bf16, causal, False), s=s))
+    _assert_clean(report, s.epilogue, head_dim)
+    assert any(d.code == "ordered.turns" for d in report.proven)
