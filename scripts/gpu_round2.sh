@@ -25,6 +25,8 @@
 #        s55tests short55 short55b sweep55 mixtral55 (stop 55's CPU-built work and owed runs)
 #        s56tests packp56 packp56b gqa56 moefp856 (stop 56's: P carried packed at hd128 / 256,
 #        GQA hd128 2k's walk, the dynamic walk's group_m 1 probe; then sweep55 mixtral55 on an H200)
+#        pp57 pp57b (h304: FA3's full configuration, ping-pong with the overlap order, `ppfa3`,
+#        against the default at hd64 / hd128; pp57b at 128 x 176 with P packed too)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -383,6 +385,13 @@ for s in "${steps[@]}"; do
     gqa56) run_step gqa56 150 python3 -u scripts/gpu_attention_bench.py --dims 128 \
         --lengths 2048 --mask full --backends cudnn --kernel-only \
         --variants default,default+grid,default+earlyq --out "$OUT/gqa56" ;;
+    pp57) run_step pp57 300 python3 -u scripts/gpu_attention_bench.py --dims 64,128 \
+        --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+ppfa3+packp --out "$OUT/pp57" ;;
+    pp57b) run_step pp57b 200 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+ppfa3,default+packp+bn176+direct,default+ppfa3+packp+bn176+direct \
+        --out "$OUT/pp57b" ;;
     moefp856) run_step moefp856 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 \
         --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \
         --out "$OUT/moefp856" ;;

@@ -256,6 +256,31 @@ def test_packed_p_candidate(variant, D, causal):
     _assert_close_per_block(out, want, 1000)
 
 
+# FA3's full configuration (h304): ping-pong turns around S_j and P_{j-1} V_{j-1} in the overlap
+# order; (variant, head dim, the bench length that picks the default: the grid, the walks)
+PING_PONG_FA3 = [("default+ppfa3+packp", 64, 16384), ("default+ppfa3", 128, 16384),
+                 ("default+ppfa3", 128, 2048), ("default+ppfa3+packp+bn176+direct", 128, 16384)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant,D,seq_len", PING_PONG_FA3,
+                         ids=[f"{v}-d{d}-S{n}" for v, d, n in PING_PONG_FA3])
+def test_ping_pong_with_fa3_overlap(variant, D, seq_len, causal):
+    """Ping-pong (ordered) with FA3's overlap order (bench token `ppfa3`): every 64-row block
+    against float64, ragged lengths, GQA 2:1, many KV blocks a tile (turns going round many
+    times between the warpgroups, a turn taken while Q, K and V slots are held): a turn that
+    lets a warpgroup read S or P V before its wait, or a hang, shows here."""
+    import argus.ops
+    from tests.loading import load_script
+
+    schedule = load_script("gpu_attention_bench").variant_schedule(variant, D, causal, seq_len)
+    assert schedule.ordered and schedule.fa3_overlap
+    q, k, v = _inputs(2, 4, 2, 1000, 1111, D, "bhsd", torch.bfloat16, seed=304 + D + causal)
+    out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
+    want, _ = reference(q, k, v, causal, 1.0 / math.sqrt(D))
+    _assert_close_per_block(out, want, 1000)
+
+
 @pytest.mark.parametrize("scale", [None, -0.05], ids=["default-scale", "negative-scale"])
 @pytest.mark.parametrize("D,causal,S", [(64, False, 1000), (64, True, 1000), (64, True, 3000),
                                         (128, False, 1000), (128, True, 1000),

@@ -14,7 +14,7 @@ from tests.loading import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = load_script("gpu_attention_bench")
-STEPS = ("short55", "short55b", "packp56", "packp56b", "gqa56")
+STEPS = ("short55", "short55b", "packp56", "packp56b", "gqa56", "pp57", "pp57b")
 
 
 def _step(name: str) -> str:

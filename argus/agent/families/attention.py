@@ -283,7 +283,8 @@ class AttentionFamily(ScheduleFamily):
         # tiles, NVRTC's measured limit) is not offered either
         for problem in schedule.problems_for(kd) or schedule.spill_problems(kd):
             if "shared memory" in problem:
-                code, fix = "smem", ("use fewer stages or a smaller block_n (or ordered=True: "
+                code, fix = "smem", ("use fewer stages or a smaller block_n (or ordered=True "
+                                     "without fa3_overlap: "
                                      "Q in registers; or store_cols: O staged in rounds)")
             elif "registers" in problem:      # problems_for's or spill_problems' count
                 code, fix = "registers", ("use a smaller block_n, or fewer live tiles (no "
