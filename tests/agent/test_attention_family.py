@@ -136,7 +136,7 @@ def test_default_and_naive_points_are_legal():
 @pytest.mark.parametrize("kw,code,words", [
     (dict(block_m=128, block_n=256, stages=4), "smem", "shared memory"),
     (dict(block_m=192, block_n=192, ordered=True), "registers", "consumer_regs"),
-    (dict(ordered=True, fa3_overlap=True), "schedule_fields", "ping-pong"),
+    (dict(ordered=True, own_blocks=True), "schedule_fields", "ping-pong"),
     (dict(block_n=100), "range", "multiple of 16"),      # the declared range of block_n
     (dict(intra_wg_overlap=True), "unproven", "verifier"),
 ])
