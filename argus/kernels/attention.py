@@ -326,7 +326,7 @@ class AttentionSchedule:
             problems.append("own_blocks=True is not combined with ping-pong (ordered): the "
                             "warpgroups take turns each step, so each takes every step")
         problems += prefetch_next_q_problems(self.prefetch_next_q, self.persistent,
-                                             self.ordered)
+                                             self.ordered, self.fa3_overlap)
         if self.early_q_release and not self.fa3_overlap:
             problems.append("early_q_release=True releases Q after the last S of FA3's "
                             "overlap order (the last P V is peeled after it): it needs "
@@ -484,18 +484,20 @@ def store_cols_problems(store_cols: int, epilogue: str) -> list[str]:
     return []
 
 
-def prefetch_next_q_problems(prefetch_next_q: bool, persistent: bool, ordered: bool
-                             ) -> list[str]:
+def prefetch_next_q_problems(prefetch_next_q: bool, persistent: bool, ordered: bool,
+                             fa3_overlap: bool) -> list[str]:
     """AttentionSchedule.prefetch_next_q's rules (a function of the fields it reads, as
-    store_cols_problems, for the agent's declared space)."""
+    store_cols_problems, for the agent's declared space). Ping-pong with fa3_overlap keeps Q
+    in its shared-memory stage (AttentionSchedule.q_in_registers), so it takes the prefetch."""
     problems = []
     if prefetch_next_q and not persistent:
         problems.append("prefetch_next_q=True prefetches the Q tile of the persistent "
                         "walk's next unit: it needs persistent=True (a CTA of the grid "
                         "does not know which tile comes after it)")
-    if prefetch_next_q and ordered:
+    if prefetch_next_q and ordered and not fa3_overlap:
         problems.append("prefetch_next_q=True prefetches in the box of Q's shared-memory "
-                        "stage; ping-pong (ordered) loads Q into registers and has none")
+                        "stage; ping-pong (ordered) in the plain loop loads Q into registers "
+                        "and has none (with fa3_overlap=True Q keeps its stage)")
     return problems
 
 

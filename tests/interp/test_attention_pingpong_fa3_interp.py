@@ -38,6 +38,14 @@ def test_ping_pong_with_fa3_overlap_against_float64(variant, head_dim, causal, s
     assert_close(*run(B, H, HKV, S, SK, head_dim, causal, schedule, seed=S + SK + causal))
 
 
+def test_with_the_next_q_prefetched():
+    """The walk's prefetch of the next tile's Q (an L2 hint into Q's stage's box: the results
+    must not change) with the turns, three CTAs walking two batches' tiles."""
+    schedule = dataclasses.replace(BENCH.variant_schedule("default+ppfa3", 128, True, 1024),
+                                   persistent=True, prefetch_next_q=True, num_sms=3)
+    assert_close(*run(2, 2, 1, 200, 300, 128, True, schedule, seed=7))
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_more_queries_than_keys(causal):
     """One KV block a tile (the loop, and with it every turn, runs zero times) and, under the

@@ -37,6 +37,20 @@ def test_the_refusals_that_remain():
                ._fp8_problems())
 
 
+def test_prefetch_next_q_with_q_in_shared_memory():
+    """The walk's prefetch of the next Q is a box of Q's shared-memory stage: ping-pong with
+    fa3_overlap has that stage (it was refused as "loads Q into registers"); the plain loop's
+    ping-pong has none and stays refused. The declared constraint reads fa3_overlap too."""
+    from argus.agent.families.declared import ATTENTION_CONSTRAINTS
+
+    s = AttentionSchedule(ordered=True, fa3_overlap=True, persistent=True, prefetch_next_q=True)
+    assert s.prefetch_next_q and not s.q_in_registers
+    with pytest.raises(ValueError, match="in the plain loop loads Q into registers"):
+        AttentionSchedule(ordered=True, persistent=True, prefetch_next_q=True)
+    rule = next(c for c in ATTENTION_CONSTRAINTS if c.code == "prefetch_walk")
+    assert "fa3_overlap" in rule.reads
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq_len", [1024, 4096, 16384])
 def test_the_token_sets_only_its_fields(causal, seq_len):

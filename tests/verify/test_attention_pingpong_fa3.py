@@ -36,3 +36,16 @@ def test_ping_pong_with_fa3_overlap_verifies_clean(variant, head_dim, causal, se
     report = verify.run(lower_only(attention_kernel(head_dim, ag.bf16, causal, False), s=s))
     _assert_clean(report, s.epilogue, head_dim)
     assert any(d.code == "ordered.turns" for d in report.proven)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_with_the_next_q_prefetched(causal):
+    """The persistent walk's prefetch of the next tile's Q (a box of Q's shared-memory stage,
+    which ping-pong keeps with fa3_overlap) at head dim 128's 1k walk (early Q release)."""
+    import dataclasses
+
+    s = dataclasses.replace(BENCH.variant_schedule("default+ppfa3", 128, causal, 1024),
+                            persistent=True, prefetch_next_q=True)
+    report = verify.run(lower_only(attention_kernel(128, ag.bf16, causal, False), s=s))
+    _assert_clean(report, s.epilogue, 128)
+    assert any(d.code == "ordered.turns" for d in report.proven)

@@ -258,7 +258,7 @@ def _store_rounds_message(s, f) -> str:
 
 def _prefetch_problems(s) -> list[str]:
     return _attention().prefetch_next_q_problems(s["prefetch_next_q"], s["persistent"],
-                                                 s["ordered"])
+                                                 s["ordered"], s["fa3_overlap"])
 
 def _packed_p_problems(s) -> list[str]:
     return _attention().packed_p_problems(s["packed_p"], s["fa3_overlap"])
@@ -296,11 +296,11 @@ ATTENTION_CONSTRAINTS = (
                "head_dim; smem_bytes within smem_per_sm_share)", reads=("store_cols",)),
     Constraint("prefetch_walk", lambda s, f: not _prefetch_problems(s),
                lambda s, f: "; ".join(_prefetch_problems(s)),
-               "use persistent=True and ordered=False with prefetch_next_q=True, or "
-               "prefetch_next_q=False",
+               "use persistent=True with prefetch_next_q=True (and with ordered=True "
+               "fa3_overlap=True: Q keeps its shared-memory stage), or prefetch_next_q=False",
                "argus/kernels/attention.py AttentionSchedule._problems "
                "(prefetch_next_q_problems)",
-               reads=("prefetch_next_q", "persistent", "ordered")),
+               reads=("prefetch_next_q", "persistent", "ordered", "fa3_overlap")),
     # which block_n packed_p makes fit (144 / 160 at head dim 128, 80 at 256) is the kernel's
     # register rule at the point's head dim (problems_for, the family's resource_check)
     Constraint("packed_p_order", lambda s, f: not _packed_p_problems(s),
