@@ -234,8 +234,11 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         if "ppfa3" in parts:
             # FA3's full configuration: ping-pong turns around both GEMM issues of the overlap
             # order (ordered + fa3_overlap); where the default runs two CTAs an SM (head dim
-            # 64's short lengths) base_schedule's one-CTA tile (192 x 128, three warpgroups)
-            extra.update(ordered=True, fa3_overlap=True, intra_wg_overlap=False)
+            # 64's short lengths) base_schedule's one-CTA tile (192 x 128, three warpgroups);
+            # own_blocks off (head dim 256's causal 2k / 4k default takes it: ping-pong has
+            # every warpgroup take every step, so the schedule refuses the pair)
+            extra.update(ordered=True, fa3_overlap=True, intra_wg_overlap=False,
+                         own_blocks=False)
             if default_schedule(head_dim, causal, seq_len).ctas_per_sm > 1:
                 base = base_schedule(head_dim)
                 extra.update({f: getattr(base, f) for f in (

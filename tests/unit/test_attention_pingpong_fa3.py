@@ -67,6 +67,17 @@ def test_the_token_sets_only_its_fields(causal, seq_len):
     assert got64.epilogue == d64.epilogue and got64.persistent == d64.persistent
 
 
+def test_the_token_at_head_dim_256_drops_own_blocks():
+    """Head dim 256's causal default at 2k / 4k takes own_blocks, which ping-pong refuses (each
+    warpgroup takes every step): the token leaves it out instead of raising."""
+    for seq_len in (2048, 4096):
+        assert default_schedule(256, True, seq_len).own_blocks
+        got = BENCH.variant_schedule("default+ppfa3", 256, True, seq_len)
+        assert got == dataclasses.replace(default_schedule(256, True, seq_len), ordered=True,
+                                          fa3_overlap=True, own_blocks=False)
+        assert got.problems_for(256) == []
+
+
 def test_the_generated_loop_is_fa3s_order():
     s = dataclasses.replace(default_schedule(128), ordered=True)
     src = compile_kernel(attention_kernel(128, ag.bf16, False, False), verify=False,
