@@ -300,8 +300,10 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     "plain" (no overlap: the plain loop, which verifies folded), "tma" (the stmatrix + TMA
     store epilogue), "bnN" (block_n), "stN" (ring depth), "pvt" (permuted_vt: the kernel on a
     permuted V^T, no P shuffles), "shfl" (the op without the permutation; the schedule is
-    the default's: fp8_case reads the token) and "emuN" (exp2_emulate: N of every 16 groups of
-    8 keys compute P's exp2 on the FMA pipe; "emu0" is the default's SFU-only)."""
+    the default's: fp8_case reads the token), "emuN" (exp2_emulate: N of every 16 groups of
+    8 keys compute P's exp2 on the FMA pipe; "emu0" is the default's SFU-only) and "ppfa3"
+    (FA3's FP8 configuration: ping-pong turns around both GEMM issues of the overlap order,
+    ordered + fa3_overlap, Q in shared memory; own_blocks off as for the bf16 token)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -324,6 +326,9 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["block_n" if part[:2] == "bn" else "stages"] = int(part[2:])
         elif part[:3] == "emu" and part[3:].isdigit():
             fields["exp2_emulate"] = int(part[3:])
+        elif part == "ppfa3":
+            fields.update(ordered=True, fa3_overlap=True, intra_wg_overlap=False,
+                          own_blocks=False)
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
     return dataclasses.replace(fp8_schedule(head_dim, causal), **fields)
@@ -824,7 +829,8 @@ def main() -> int:
     parser.add_argument("--fp8", default="",
                         help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
                              "these fp8 variants, comma-separated (default, fold, plain, tma, "
-                             "bnN, stN, emuN or '+' joins; fp8_variant_schedule), beside cuDNN "
+                             "bnN, stN, emuN, pvt, shfl, ppfa3 or '+' joins; "
+                             "fp8_variant_schedule), beside cuDNN "
                              "bf16")
     parser.add_argument("--hide-host", action="store_true",
                         help="queue each timed prefill call behind a ~0.5 ms GPU sleep "

@@ -457,14 +457,12 @@ class AttentionSchedule:
                             f"rows of block_n keys (64, 128 or 2 x 128 bytes): one of "
                             f"{FP8_BLOCK_N}")
         if self.q_in_registers:
+            # with fa3_overlap (FA3's FP8 configuration) Q stays in its shared-memory stage
+            # and S is an ss wgmma, so ping-pong there is taken (docs/perf/attention.md, h308)
             problems.append("ordered=True (ping-pong) in the plain loop keeps Q in registers, "
                             "which the FP8 kernel does not gather into the 8-bit A fragment: "
-                            "use the plain loop or fa3_overlap")
-        elif self.ordered:
-            # not built, interpreted, verified or measured with e4m3 yet
-            problems.append("ordered=True with fa3_overlap (ping-pong in FA3's order) is "
-                            "bf16 / f16 only so far (not tested with the FP8 kernel's P "
-                            "gather): use fa3_overlap alone")
+                            "add fa3_overlap=True (the turns around S and P V, Q in shared "
+                            "memory) or use the plain loop")
         if self.packed_p:
             problems.append("packed_p=True carries P as a 16-bit A fragment; the FP8 kernel's "
                             "P is e4m3, gathered from fp32 at the issue: leave packed_p out")

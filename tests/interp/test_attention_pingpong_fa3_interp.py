@@ -54,3 +54,37 @@ def test_more_queries_than_keys(causal):
                                  fa3_overlap=True)
     got, want, got_lse, want_lse = run(1, 1, 1, 200, 40, 64, causal, schedule)
     assert_close(got, want, got_lse, want_lse)
+
+
+# FP8 (e4m3, argus.ops.attention_fp8's run_fp8 in the interpreter): the fp8 bench token
+# "ppfa3" on fp8_schedule (FA3's FP8 configuration: 128 x 128 at head dim 128 with the TMA
+# store, 128 x 128 at 64, 128 x 64 at 256), with the op's permuted V^T (P's A fragment is
+# S's own registers) and without it (P gathered by quad shuffles), against float64 attention
+# on the dequantized inputs at the FP8 tests' tolerance (tests/interp/test_attention_fp8_interp)
+FP8_CASES = [("ppfa3", 128, False, (1, 2, 1, 150, 400), True),
+             ("ppfa3", 128, True, (1, 2, 1, 300, 400), True),
+             ("ppfa3", 128, True, (2, 2, 2, 200, 260), False),
+             ("ppfa3", 64, True, (1, 2, 1, 150, 300), True),
+             ("ppfa3", 256, False, (1, 1, 1, 100, 200), True)]
+
+
+@pytest.mark.parametrize("variant,head_dim,causal,shape,permuted", FP8_CASES,
+                         ids=[f"fp8-{c[0]}-d{c[1]}-{'causal' if c[2] else 'full'}-"
+                              f"{'pvt' if c[4] else 'shfl'}" for c in FP8_CASES])
+def test_fp8_ping_pong_with_fa3_overlap_against_float64(variant, head_dim, causal, shape,
+                                                        permuted, monkeypatch):
+    import importlib
+
+    from tests.interp import test_attention_fp8_interp as F
+
+    # the module (argus.ops.attention_fp8 is also the op function's name in argus.ops)
+    fp8_op = importlib.import_module("argus.ops.attention_fp8")
+
+    schedule = BENCH.fp8_variant_schedule(variant, head_dim, causal)
+    assert schedule.ordered and schedule.fa3_overlap and not schedule.q_in_registers
+    # the op sets permuted_vt from how it makes V^T (PERMUTED_VT)
+    monkeypatch.setattr(fp8_op, "PERMUTED_VT", permuted)
+    B, H, HKV, S, SK = shape
+    q, k, v, qs, ks, vs = F.inputs(B, H, HKV, S, SK, head_dim, seed=S + SK + causal)
+    F.assert_close(*F.run(q, k, v, qs, ks, vs, causal, schedule=schedule),
+                   *F.reference(q, k, v, qs, ks, vs, causal))

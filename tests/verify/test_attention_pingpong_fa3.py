@@ -5,7 +5,8 @@ proven (ordered.turns), at the bench token "ppfa3"'s schedules: head dim 64 on 1
 three warpgroups (P carried packed), head dim 128 at 128 x 128 in the grid and in the
 persistent walks the default takes at short lengths (early Q release, the snake), and FA3's
 128 x 176 with P packed. The seeded V-one-block-ahead bug is caught with the turns too
-(tests/mutations/test_attention_fa3_carry.py)."""
+(tests/mutations/test_attention_fa3_carry.py). The FP8 (e4m3) kernel under the fp8 bench token
+"ppfa3" verifies the same way (head dims 64 / 128 / 256, permuted V^T or not, 128 x 256)."""
 
 import pytest
 
@@ -48,4 +49,26 @@ def test_with_the_next_q_prefetched(causal):
                             persistent=True, prefetch_next_q=True)
     report = verify.run(lower_only(attention_kernel(128, ag.bf16, causal, False), s=s))
     _assert_clean(report, s.epilogue, 128)
+    assert any(d.code == "ordered.turns" for d in report.proven)
+
+
+# FP8 (e4m3): the fp8 bench token "ppfa3" on fp8_schedule (FA3's FP8 configuration), with the
+# permuted V^T (P's A fragment is S's own registers) and without it (quad shuffles), and with
+# FA3's wider 128 x 256 key block at head dim 128 (builds with 76 / 80 B of spills, so a
+# probe, not a default)
+FP8_CASES = [("ppfa3", 128, False), ("ppfa3", 128, True), ("ppfa3+pvt", 128, False),
+             ("ppfa3+pvt", 128, True), ("ppfa3+pvt+emu2", 128, True), ("ppfa3+bn256", 128, False),
+             ("ppfa3", 64, False), ("ppfa3", 64, True), ("ppfa3", 256, False),
+             ("ppfa3", 256, True)]
+
+
+@pytest.mark.parametrize("variant,head_dim,causal", FP8_CASES,
+                         ids=[f"fp8-{v}-d{d}-{'causal' if c else 'full'}"
+                              for v, d, c in FP8_CASES])
+def test_fp8_ping_pong_with_fa3_overlap_verifies_clean(variant, head_dim, causal):
+    s = BENCH.fp8_variant_schedule(variant, head_dim, causal)
+    assert s.ordered and s.fa3_overlap and s.problems_for(head_dim, ag.e4m3) == []
+    report = verify.run(lower_only(attention_kernel(head_dim, ag.e4m3, causal, False,
+                                                    s.permuted_vt), s=s))
+    _assert_clean(report, s.epilogue, head_dim)
     assert any(d.code == "ordered.turns" for d in report.proven)
