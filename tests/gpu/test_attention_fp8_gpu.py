@@ -91,12 +91,19 @@ CASES = [  # B, H, HKV, S, SK, D, causal, layout
 
 @pytest.mark.parametrize("B,H,HKV,S,SK,D,causal,layout", CASES)
 def test_matches_float64(B, H, HKV, S, SK, D, causal, layout):
+    assert_matches_float64(B, H, HKV, S, SK, D, causal, layout)
+
+
+def assert_matches_float64(B, H, HKV, S, SK, D, causal, layout, schedule=None):
+    """The op (under `schedule`, or its own) on fresh data against float64 attention on the
+    dequantized inputs: output, and the LSE within the FP8 accumulator's bound."""
     import argus.ops
 
     (q, qs), (k, ks), (v, vs) = _inputs(B, H, HKV, S, SK, D, layout, seed=S + SK + D)
     scale = 1.0 / math.sqrt(D)
     out, lse = argus.ops.attention_fp8(q, k, v, q_scale=qs, k_scale=ks, v_scale=vs,
-                                       causal=causal, layout=layout, return_lse=True)
+                                       causal=causal, layout=layout, return_lse=True,
+                                       schedule=schedule)
     torch.cuda.synchronize()
     assert out.shape == q.shape and out.dtype == torch.bfloat16
     t = (lambda x: x) if layout == "bhsd" else (lambda x: x.transpose(1, 2))
@@ -293,3 +300,26 @@ def test_permuted_and_gathered_p_agree(causal):
     torch.cuda.synchronize()
     err = (new.float() - old.float()).abs().max().item()
     assert err <= 2e-2 * old.float().abs().max().item(), err
+
+
+PING_PONG_CASES = [(2, 4, 4, 1000, 777, 128, False, "bhsd"),
+                   (2, 4, 4, 1000, 777, 128, True, "bhsd"),
+                   (1, 8, 2, 513, 1500, 128, True, "bhsd"),     # GQA 4:1, Sq < Skv
+                   (1, 8, 1, 700, 300, 128, True, "bshd"),      # MQA, Sq > Skv: empty rows
+                   (2, 4, 4, 1000, 777, 64, True, "bhsd"),
+                   (1, 4, 2, 640, 1111, 256, False, "bhsd")]
+
+
+@pytest.mark.parametrize("B,H,HKV,S,SK,D,causal,layout", PING_PONG_CASES)
+def test_ping_pong_with_fa3_overlap_matches_float64(B, H, HKV, S, SK, D, causal, layout):
+    """FA3's FP8 configuration (the fp8 bench token `ppfa3`, h308): fp8_schedule with the
+    consumer warpgroups taking turns (ordered) around S_j and P_{j-1} V_{j-1}, Q in shared
+    memory; the op's permuted V^T. A turn passed early or a P V of the wrong block shows as
+    O(1) errors; a deadlock in the turns as a hang."""
+    import dataclasses
+
+    from argus.kernels.attention import fp8_schedule
+
+    schedule = dataclasses.replace(fp8_schedule(D, causal), ordered=True)
+    assert schedule.fa3_overlap and not schedule.q_in_registers
+    assert_matches_float64(B, H, HKV, S, SK, D, causal, layout, schedule=schedule)

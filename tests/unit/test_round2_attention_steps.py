@@ -42,3 +42,21 @@ def test_no_two_variants_of_a_step_coincide_everywhere(name):
     for i, a in enumerate(variants):
         for b in variants[i + 1:]:
             assert table[a] != table[b], f"{name}: {a} and {b} are one schedule at {cells}"
+
+
+FP8_STEPS = ("fp8pp57",)
+
+
+@pytest.mark.parametrize("name", FP8_STEPS)
+def test_no_two_fp8_variants_of_a_step_coincide_everywhere(name):
+    """The same for a step's --fp8 variants (fp8_variant_schedule), whose columns are the
+    comparison there."""
+    step = _step(name)
+    dims = [int(x) for x in re.search(r"--dims (\S+)", step).group(1).split(",")]
+    variants = re.search(r"--fp8 (\S+)", step).group(1).split(",")
+    assert len(variants) > 1, f"{name}: one fp8 variant compares nothing"
+    cells = [(d, c) for d in dims for c in (False, True)]
+    table = {v: [BENCH.fp8_variant_schedule(v, d, c) for d, c in cells] for v in variants}
+    for i, a in enumerate(variants):
+        for b in variants[i + 1:]:
+            assert table[a] != table[b], f"{name}: {a} and {b} are one schedule at {cells}"
