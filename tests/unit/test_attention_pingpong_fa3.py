@@ -1,9 +1,9 @@
 """Ping-pong (ordered) with FA3's overlap order (fa3_overlap): the schedule takes the pair and
 keeps Q in shared memory (q_in_registers only for the plain loop's ping-pong), still refuses
 ping-pong with the older intra_wg_overlap order, and the FP8 kernel's only with Q in registers;
-the bench token "ppfa3" (bf16 and fp8) sets only its fields; the generated loop is FA3's (turn wait, S_j, P_{j-1}
-V_{j-1}, turn pass, wait 1, softmax, wait 0); the shapes FA3 runs build without spills
-(NVRTC, sm_90a). The interpreter and verifier checks: tests/interp and tests/verify
+the bench token "ppfa3" (bf16 and fp8) sets only its fields; the generated loop is FA3's
+(turn wait, S_j, P_{j-1} V_{j-1}, turn pass, wait 1, softmax, wait 0), e4m3 too; the shapes FA3
+runs build without spills (NVRTC, sm_90a), and fp8_schedule's tiles with the turns. The interpreter and verifier checks: tests/interp and tests/verify
 test_attention_pingpong_fa3*.py."""
 
 import dataclasses
