@@ -12,7 +12,8 @@ P V in one k-once count (check_wgmma.py, `_siblings`).
     P_{j-1} V_{j-1} in the loop multiplies P's keys of block j - 1 with V's rows of block j;
     caught as wgmma.agree (A.sk == B.sk) naming the thread, register and loop iteration.
     Caught the same with ping-pong on top (ordered: one turn around S_j and P_{j-1} V_{j-1},
-    the V step opened before S_j's issue).
+    the V step opened before S_j's issue), and in the FP8 kernel with ping-pong (V^T's key
+    coordinate moved; h308).
 
 The row statistics' first block is reduced in the K step before the loop; reduce.coverage
 counts it as the loop's peeled first block (check_reduce.py, `_peeled`).
@@ -29,7 +30,7 @@ from argus import verify
 from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.ir.core import Region, Value
-from argus.kernels.attention import attention_kernel, fa3_overlap_schedule
+from argus.kernels.attention import attention_kernel, fa3_overlap_schedule, fp8_schedule
 from tests.mutations.corpus import ACC, rewrite
 
 
@@ -42,24 +43,37 @@ def fa3_kernel(head_dim: int = 128, causal: bool = False, packed_p: bool = False
                                             packed_p=packed_p, ordered=ordered))
 
 
-def v_one_block_ahead(head_dim: int = 128, packed_p: bool = False, ordered: bool = False):
+def fp8_kernel(ordered: bool = True):
+    """The FP8 (e4m3) forward at head dim 128 under fp8_schedule (FA3's order, 128 x 128),
+    with ping-pong on top (FA3's FP8 configuration); V^T in natural key order."""
+    return lower_only(attention_kernel(128, ag.e4m3, False, False),
+                      s=dataclasses.replace(fp8_schedule(128), ordered=ordered))
+
+
+def v_one_block_ahead(head_dim: int = 128, packed_p: bool = False, ordered: bool = False,
+                      fp8: bool = False):
     """The kernel with the producer's V loads at key (j + 1) * BN instead of j * BN: a const
-    BN and an add put in front of the V step's loads."""
-    kernel = fa3_kernel(head_dim, packed_p=packed_p, ordered=ordered)
-    block_n = fa3_overlap_schedule(head_dim).block_n
+    BN and an add put in front of the V step's loads. fp8: the FP8 kernel (head dim 128),
+    whose V^T [B, HKV, D, keys] takes the key as its last coordinate, one box of 128 keys."""
+    if fp8:
+        kernel, block_n, v_boxes, key_axis = fp8_kernel(ordered), fp8_schedule(128).block_n, \
+            1, 3
+    else:
+        kernel = fa3_kernel(head_dim, packed_p=packed_p, ordered=ordered)
+        block_n, v_boxes, key_axis = fa3_overlap_schedule(head_dim).block_n, head_dim // 64, 2
     loads = [op for op in kernel.walk() if isinstance(op, O.TmaLoad)]
-    v_loads = loads[-(head_dim // 64):]      # in order: Q's, K's, then V's column atoms
+    v_loads = loads[-v_boxes:]      # in order: Q's, K's, then V's column atoms
     assert all(op.tensor.id == v_loads[0].tensor.id != loads[0].tensor.id for op in v_loads)
     top = max(v.id for op in kernel.walk() for v in (*op.results(), *op.operands()))
-    key = v_loads[0].coords[2]
+    key = v_loads[0].coords[key_axis]
     bn = Value(top + 1, key.type, "bug_bn")
     const = O.Const(bn, block_n, loc=v_loads[0].loc)
     moved = {}
     for i, load in enumerate(v_loads):
         ahead = Value(top + 2 + i, key.type, "bug_ahead")
-        add = O.Arith(ahead, "add", load.coords[2], bn, loc=load.loc)
-        moved[id(load)] = (add, load.replace(coords=load.coords[:2] + (ahead,) +
-                                             load.coords[3:]))
+        add = O.Arith(ahead, "add", load.coords[key_axis], bn, loc=load.loc)
+        moved[id(load)] = (add, load.replace(coords=load.coords[:key_axis] + (ahead,) +
+                                             load.coords[key_axis + 1:]))
 
     def shifted(produce):
         if not any(id(op) in moved for op in produce.body.ops):
@@ -78,10 +92,16 @@ def test_fa3_overlap_schedule_verifies_clean(head_dim, causal):
     assert not errors, "\n".join(str(d) for d in errors)
 
 
-@pytest.mark.parametrize("packed_p,ordered", [(False, False), (True, False), (True, True)],
-                         ids=["fp32-p", "packed-p", "packed-p-ping-pong"])
-def test_v_one_block_ahead_is_caught_per_iteration(packed_p, ordered):
-    report = verify.run(v_one_block_ahead(packed_p=packed_p, ordered=ordered))
+def test_fp8_ping_pong_verifies_clean():
+    errors = [d for d in verify.run(fp8_kernel()).errors]
+    assert not errors, "\n".join(str(d) for d in errors)
+
+
+@pytest.mark.parametrize("packed_p,ordered,fp8", [(False, False, False), (True, False, False),
+                                                  (True, True, False), (False, True, True)],
+                         ids=["fp32-p", "packed-p", "packed-p-ping-pong", "fp8-ping-pong"])
+def test_v_one_block_ahead_is_caught_per_iteration(packed_p, ordered, fp8):
+    report = verify.run(v_one_block_ahead(packed_p=packed_p, ordered=ordered, fp8=fp8))
     hits = [d for d in report.errors if d.code == "wgmma.agree" and "A.sk == B.sk" in str(d)
             and all(k in d.counterexample for k in ACC + ("iteration",))]
     assert hits, [(d.code, d.message[:160]) for d in report.errors]
