@@ -693,8 +693,10 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     """The FP8 forward's schedule (argus.ops.attention_fp8): FA3's overlap order with the
     softmax diet (approx_exp2 + fold_scale), at the base tiles (128 x 128; 128 x 64 at
     head_dim 256, where O alone is 128 registers); at head_dim 64 two warpgroups of 128 x 128
-    instead of base_schedule's ping-pong, which the FP8 kernel does not take; at head_dim 128
-    the stmatrix + TMA store epilogue (epilogue='tma').
+    instead of base_schedule's plain-loop ping-pong (Q in registers), which the FP8 kernel
+    does not take; at head_dim 128 the stmatrix + TMA store epilogue (epilogue='tma').
+    Ping-pong on the overlap order (ordered=True, FA3's FP8 configuration) builds, verifies
+    and computes right here but is not measured yet (bench fp8 token `ppfa3`, h308).
 
     Measured on the H200 2026-12-04 (scripts/gpu_attention_bench.py --fp8, the kernel alone,
     TFLOP/s at head_dim 128, S = 2k full / causal, 8k full / causal, 16k full / causal):
