@@ -303,7 +303,9 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     the default's: fp8_case reads the token), "emuN" (exp2_emulate: N of every 16 groups of
     8 keys compute P's exp2 on the FMA pipe; "emu0" is the default's SFU-only) and "ppfa3"
     (FA3's FP8 configuration: ping-pong turns around both GEMM issues of the overlap order,
-    ordered + fa3_overlap, Q in shared memory; own_blocks off as for the bf16 token)."""
+    ordered + fa3_overlap, Q in shared memory; own_blocks off as for the bf16 token; the
+    default at head dim 128 with full masks since 2026-12-07) and "nopp" (no turns: the
+    one-warpgroup overlap loop, the default before that)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -329,6 +331,8 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
         elif part == "ppfa3":
             fields.update(ordered=True, fa3_overlap=True, intra_wg_overlap=False,
                           own_blocks=False)
+        elif part == "nopp":
+            fields["ordered"] = False
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
     return dataclasses.replace(fp8_schedule(head_dim, causal), **fields)
@@ -829,7 +833,7 @@ def main() -> int:
     parser.add_argument("--fp8", default="",
                         help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
                              "these fp8 variants, comma-separated (default, fold, plain, tma, "
-                             "bnN, stN, emuN, pvt, shfl, ppfa3 or '+' joins; "
+                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp or '+' joins; "
                              "fp8_variant_schedule), beside cuDNN "
                              "bf16")
     parser.add_argument("--hide-host", action="store_true",

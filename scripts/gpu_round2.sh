@@ -28,7 +28,8 @@
 #        pp57 pp57b (h304: FA3's full configuration, ping-pong with the overlap order, `ppfa3`,
 #        against the default at hd64 / hd128; pp57b at 128 x 176 with P packed too)
 #        fp8pp57 (h308: the FP8 forward with ping-pong + the overlap order, fp8 token `ppfa3`,
-#        against the FP8 default at hd128, natural and permuted V^T, kernels alone: fp8k_*)
+#        the default at hd128 full masks since 2026-12-07, against `nopp` (no turns), natural
+#        and permuted V^T, kernels alone: fp8k_*)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -399,7 +400,7 @@ for s in "${steps[@]}"; do
     # kernel); fp8k_* are the kernels alone, cuDNN bf16 and ours bf16 the same-run baselines
     fp8pp57) run_step fp8pp57 300 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 128 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
-        --fp8 default,ppfa3,pvt,pvt+ppfa3 --out "$OUT/fp8pp57" ;;
+        --fp8 pvt+nopp,pvt,pvt+ppfa3,nopp --out "$OUT/fp8pp57" ;;
     moefp856) run_step moefp856 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 \
         --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \
         --out "$OUT/moefp856" ;;

@@ -695,8 +695,12 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     head_dim 256, where O alone is 128 registers); at head_dim 64 two warpgroups of 128 x 128
     instead of base_schedule's plain-loop ping-pong (Q in registers), which the FP8 kernel
     does not take; at head_dim 128 the stmatrix + TMA store epilogue (epilogue='tma').
-    Ping-pong on the overlap order (ordered=True, FA3's FP8 configuration) builds, verifies
-    and computes right here but is not measured yet (bench fp8 token `ppfa3`, h308).
+    Ping-pong on the overlap order (ordered=True, FA3's FP8 configuration, h308) is taken at
+    head_dim 128 with full masks: on an H100 (2026-12-07, kernels alone, TFLOP/s, S = 2k /
+    4k / 16k full; docs/perf/attention.md) pvt 679 / 734 / 774 against pvt + ping-pong 718 /
+    772 / 798, natural V^T 649 / 678 / 728 against 684 / 720 / 762 (+3-6% in all six); causal
+    masks tied or lost (555 / 645 / 737 against 550 / 643 / 757) and keep one warpgroup's
+    turn-free loop. head_dim 64 and 256 were not measured with it.
 
     Measured on the H200 2026-12-04 (scripts/gpu_attention_bench.py --fp8, the kernel alone,
     TFLOP/s at head_dim 128, S = 2k full / causal, 8k full / causal, 16k full / causal):
@@ -721,7 +725,7 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     else:
         choice = dataclasses.replace(base_schedule(head_dim), fa3_overlap=True)
     if head_dim == 128:
-        choice = dataclasses.replace(choice, epilogue="tma")
+        choice = dataclasses.replace(choice, epilogue="tma", ordered=not causal)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 
