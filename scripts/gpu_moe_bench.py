@@ -1149,6 +1149,15 @@ def fp8_variants() -> dict:
             "split_smem_tma_half_down": (FP8_PREFILL_SPLIT_SMEM_TMA,
                                          replace(FP8_PREFILL_SPLIT_SMEM_TMA,
                                                  half_tile_last=True)),
+            # the same on walks that hand units out in order as CTAs free up (h310): on the
+            # static walk a half unit puts its CTA ahead of the CTAs it shared weight tiles
+            # with, for good (measured 2026-12-07: gate-up 7531 -> 9969 us; the L2 model's
+            # DRAM reads 11.6 -> 27.4 GB in lock-step, docs/perf/moe.md); against
+            # split_smem_tma_dyn / split_smem_tma_grid
+            "split_smem_tma_half_dyn": replace(FP8_PREFILL_SPLIT_SMEM_TMA, half_tile_last=True,
+                                               scheduler="dynamic"),
+            "split_smem_tma_half_grid": replace(FP8_PREFILL_SPLIT_SMEM_TMA, half_tile_last=True,
+                                                persistent=False),
             # same-expert pair multicast (MoeFp8Schedule.pair_multicast): 2-CTA clusters
             # along M whose two m-tiles share the weight tile by TMA multicast when they have
             # one expert, 128-row padding kept (the gate-up's weights were read ~3x from DRAM

@@ -405,10 +405,13 @@ for s in "${steps[@]}"; do
         --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \
         --out "$OUT/moefp856" ;;
     # 2026-12-07 (h305): the half tile of an expert's last <= 64-row m-tile
-    # (MoeFp8Schedule.half_tile_last) against the default, both GEMMs and the down only
-    half57) run_step half57 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py --fp8 \
+    # (MoeFp8Schedule.half_tile_last) against the default; h310: run 1 (07:30 UTC) had the
+    # static walk's half tiles at -31% (gate-up), the drift of its CTAs (docs/perf/moe.md):
+    # now the half tile on the dynamic walk and the grid against the same walks without it
+    half57) run_step half57 420 env ARGUS_VERIFY=0 python3 -u scripts/gpu_moe_bench.py --fp8 \
         --tokens 16384 --rounds 3 \
-        --fp8-only split_smem_tma split_smem_tma_half split_smem_tma_half_down \
+        --fp8-only split_smem_tma split_smem_tma_half split_smem_tma_dyn \
+        split_smem_tma_half_dyn split_smem_tma_grid split_smem_tma_half_grid \
         --out "$OUT/half57" ;;
     *) echo "unknown step $s" ;;
   esac

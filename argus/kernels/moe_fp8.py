@@ -249,7 +249,11 @@ class MoeFp8Schedule(MoeSchedule):
     # warpgroup 0 alone on the tensor cores (slower on the H100); here both stay busy, each
     # on half the work. The choice is per unit and the same for both warpgroups (the
     # m-tile's routed rows from TileRows: `moe.consume_unit(half=...)`). Rows [64, 128) of
-    # such a tile are padding: never written. Out of repr when False
+    # such a tile are padding: never written. On the static walk a half unit puts its CTA
+    # ahead of the CTAs it shared weight tiles with, for good (h310: the L2 model's DRAM
+    # reads x2.4 at DeepSeek-V3, docs/perf/moe.md); the dynamic walk or the grid
+    # (persistent=False) hand the units out in order and keep them together. Out of repr
+    # when False
     half_tile_last: bool = field(default=False, repr=False)
 
     @property
@@ -308,8 +312,7 @@ class MoeFp8Schedule(MoeSchedule):
                 ("quantize_out=False (a 1x128 scale group would span both warpgroups)",
                  self.quantize_out),
                 ("skip_pad_halves=False", self.skip_pad_halves),
-                ("pair_multicast=False", self.pair_multicast),
-                ("scheduler='static'", self.scheduler != "static")) if bad]
+                ("pair_multicast=False", self.pair_multicast)) if bad]
             if why:
                 problems.append(f"half_tile_last splits an expert's last 64-row m-tile's "
                                 f"columns between the two consumer warpgroups of the "
