@@ -127,9 +127,11 @@ class Walk:
 
 
 def simulate(g: Gemm, tile_expert: list[int], order: list[tuple[int, int]], walk: Walk,
-             l2_bytes: int = 50 << 20) -> dict:
+             l2_bytes: int = 50 << 20, half: frozenset = frozenset(),
+             half_time: float = 1.0) -> dict:
     """DRAM bytes (reads by kind, writes) of the units in `order` on `walk`, through an LRU of
-    l2_bytes. Each unit must appear once (checked)."""
+    l2_bytes. Each unit must appear once (checked). `half`: m-tiles whose units' blocks take
+    `half_time` of a block (MoeFp8Schedule.half_tile_last's half tiles: `half_tiles`)."""
     n_units = len(order)
     if len(set(order)) != n_units:
         raise ValueError("simulate: the order repeats a unit; each (m-tile, n-tile) runs once")
@@ -168,11 +170,12 @@ def simulate(g: Gemm, tile_expert: list[int], order: list[tuple[int, int]], walk
     own = [list(range(c, n_units, ctas)) for c in range(ctas)] if not walk.dynamic else None
     pos = [0] * ctas
 
-    def block_time(c: int) -> float:
-        return max(0.25, 1.0 + walk.jitter * rng.gauss(0.0, 1.0)) * speed[c]
+    def block_time(c: int, u: int) -> float:
+        t = max(0.25, 1.0 + walk.jitter * rng.gauss(0.0, 1.0)) * speed[c]
+        return t * half_time if order[u][0] in half else t
 
     for c in range(ctas):
-        heapq.heappush(heap, (0.0, c, c, 0, block_time(c)))
+        heapq.heappush(heap, (0.0, c, c, 0, block_time(c, c)))
     end = 0.0
     while heap:
         t, c, u, k, dt = heapq.heappop(heap)
@@ -191,12 +194,13 @@ def simulate(g: Gemm, tile_expert: list[int], order: list[tuple[int, int]], walk
         end = max(end, t)
         if walk.dynamic:
             if next_unit < n_units:
-                heapq.heappush(heap, (t, c, next_unit, 0, block_time(c)))
+                heapq.heappush(heap, (t, c, next_unit, 0, block_time(c, next_unit)))
                 next_unit += 1
         else:
             pos[c] += 1
             if pos[c] < len(own[c]):
-                heapq.heappush(heap, (t, c, own[c][pos[c]], 0, block_time(c)))
+                heapq.heappush(heap, (t, c, own[c][pos[c]], 0,
+                                      block_time(c, own[c][pos[c]])))
     dram_reads = sum(miss.values())
     return dict(units=n_units, dram_read=dram_reads, dram_write=written,
                 dram=dram_reads + written, miss=miss, reads=reads, end=end,
@@ -235,6 +239,18 @@ def tile_experts(counts: list[int], bm: int = 128) -> list[int]:
     return [e for e, c in enumerate(counts) for _ in range(math.ceil(c / bm))]
 
 
+def half_tiles(counts: list[int], bm: int = 128) -> frozenset:
+    """The m-tiles (layout order, as tile_experts) that MoeFp8Schedule.half_tile_last runs as
+    half tiles: each expert's last m-tile when it holds <= bm / 2 routed rows."""
+    out, m = set(), 0
+    for c in counts:
+        tiles = math.ceil(c / bm)
+        if tiles and c - (tiles - 1) * bm <= bm // 2:
+            out.add(m + tiles - 1)
+        m += tiles
+    return frozenset(out)
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -265,6 +281,9 @@ def main() -> None:
     ap.add_argument("--l2-mb", type=float, nargs="*", default=[50.0])
     ap.add_argument("--walks", nargs="*", default=["static", "dynamic"],
                     choices=("static", "dynamic"))
+    ap.add_argument("--half-time", type=float, default=None,
+                    help="half_tile_last: each expert's last m-tile of <= 64 rows takes this "
+                         "fraction of a unit's time (h310: 0.6 doubles the static walk's reads)")
     args = ap.parse_args()
     if args.model == "deepseek":
         g, counts, n_tiles = deepseek_gate_up(), routed_counts("deepseek-v3", 16384,
@@ -278,6 +297,9 @@ def main() -> None:
           f"{max(counts)}, empty {counts.count(0)}; m-tiles {len(te)}, units "
           f"{len(te) * n_tiles}; ideal {ideal_bytes(g, te, n_tiles, sum(nz)) / 1e9:.2f} GB",
           flush=True)
+    half = half_tiles(counts) if args.half_time is not None else frozenset()
+    if half:
+        print(f"# half tiles: {len(half)} m-tiles at {args.half_time} of a unit's time")
     names = args.orders or list(ORDERS)
     print("| order | walk | jitter | L2 MB | DRAM GB (reads W / A / written) | L2 hit |")
     print("|---|---|---|---|---|---|")
@@ -287,7 +309,8 @@ def main() -> None:
             for jit in args.jitter:
                 for l2 in args.l2_mb:
                     r = simulate(g, te, order, Walk(dynamic=walk_name == "dynamic", jitter=jit,
-                                                    cta_spread=args.cta_spread, seed=args.seed), int(l2 * (1 << 20)))
+                                                    cta_spread=args.cta_spread, seed=args.seed),
+                                 int(l2 * (1 << 20)), half, args.half_time or 1.0)
                     mi = r["miss"]
                     print(f"| {name} | {walk_name} | {jit} | {l2:g} | {r['dram'] / 1e9:.1f} "
                           f"({(mi['B'] + mi['Bs']) / 1e9:.1f} / {(mi['A'] + mi['As']) / 1e9:.2f}"

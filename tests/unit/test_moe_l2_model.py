@@ -83,3 +83,34 @@ def test_an_unknown_order_or_walk_is_refused_by_the_parser(monkeypatch, capsys, 
         M.main()
     assert exit_.value.code == 2
     assert named in capsys.readouterr().err
+
+
+def test_half_tiles_are_each_expert_last_tile_of_at_most_half_the_rows():
+    # 300 rows: tiles of 128, 128, 44 (half); 129: 128, 1 (half); 64: half; 65 and 0: none
+    assert M.half_tiles([300, 0, 129, 64, 65]) == {2, 4, 5}
+
+
+def test_half_units_drift_the_static_walk_apart_not_the_dynamic_one():
+    """h310 (docs/perf/moe.md): MoeFp8Schedule.half_tile_last's half units end early; on the
+    static walk each puts its CTA ahead of the CTAs it shared weight tiles with, for good, so
+    they read the tiles from DRAM again; the dynamic walk (and the grid) hands units out in
+    order as CTAs free up and keeps the sharers together. 8 CTAs, 16 experts of 3 m-tiles,
+    the last of each a half tile, lock-step otherwise; an L2 of 8 weight tiles."""
+    g = M.Gemm("toy", 8, 1024, 4096, 0, 0, 1024)
+    counts = [300] * 16
+    te = M.tile_experts(counts)
+    half = M.half_tiles(counts)
+    assert len(half) == 16
+    order = M.grouped_order(te, 4, 8)
+    l2 = 8 * 8 * 4096
+
+    def reads(dynamic, half_time):
+        r = M.simulate(g, te, order, M.Walk(dynamic=dynamic, ctas=8), l2, half, half_time)
+        return r["miss"]["B"], r["end"]
+
+    static_full, static_half = reads(False, 1.0), reads(False, 0.6)
+    dynamic_full, dynamic_half = reads(True, 1.0), reads(True, 0.6)
+    assert static_half[0] >= 1.3 * static_full[0], (static_full, static_half)
+    assert dynamic_half[0] <= 1.05 * dynamic_full[0], (dynamic_full, dynamic_half)
+    # the half units still end the walk sooner on both (the model counts time in blocks)
+    assert static_half[1] < static_full[1] and dynamic_half[1] < dynamic_full[1]
