@@ -164,8 +164,9 @@ def collector_paused():
 def run(kernel: Any, *, include_proven: bool = False, timeout_ms: int | None = None,
         lower: bool | None = None, **constexprs: Any) -> Report:
     """Check a kernel and return the full Report (diagnostics, findings, timing), with the
-    cyclic garbage collector paused (`collector_paused`)."""
-    with collector_paused():
+    cyclic garbage collector paused (`collector_paused`), in a z3 context of its own
+    (`solver.own_context`: the findings do not depend on what the process verified before)."""
+    with collector_paused(), solver.own_context():
         return _run(kernel, include_proven=include_proven, timeout_ms=timeout_ms,
                     lower=lower, **constexprs)
 

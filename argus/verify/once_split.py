@@ -33,6 +33,7 @@ original under them; nothing is weakened.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,7 +70,7 @@ def _memo(key: tuple, keep) -> dict:
     return table
 
 
-solver.on_clear_cache(_MEMOS.clear)
+solver.on_clear_cache(lambda: _MEMOS.clear())   # the table current then (`own_context` swaps it)
 
 
 def consts(t) -> frozenset:
@@ -479,3 +480,8 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str],
                 reach |= vs
                 grown = True
     return [p for p, vs in zip(prem, var) if not vs or vs & reach], claims
+
+
+# tables of one z3 context (`solver.own_context`)
+solver.context_local(sys.modules[__name__], "_CONSTS", dict)
+solver.context_local(sys.modules[__name__], "_MEMOS", dict)

@@ -32,7 +32,9 @@ turns it off; `clear_cache()` empties it (the timing script measures runs that s
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -190,6 +192,57 @@ def clear_cache() -> None:
     _POINT_VALUES.clear()
     for hook in _CLEAR_HOOKS:
         hook()
+
+
+# The module-level tables that hold z3 terms or answers of one z3 context, by module and
+# name (`context_local`): `own_context` gives a verification run empty ones and puts the
+# caller's back after it. _FACTS is not among them: its decisions are functions of plain
+# numbers, the same in every context.
+_CONTEXT_LOCAL: list[tuple[object, str, object]] = []
+_OWN_CONTEXT_DEPTH = 0
+
+
+def context_local(module, name: str, fresh) -> None:
+    """Declare `module.name` a table of one z3 context: `fresh()` makes an empty one."""
+    _CONTEXT_LOCAL.append((module, name, fresh))
+
+
+@contextlib.contextmanager
+def own_context():
+    """The block runs in a z3 context of its own (z3's main context swapped for a new one,
+    every `context_local` table swapped for an empty one, both put back after it); a block
+    nested in another runs in the outer one.
+
+    Why: z3's search follows AST ids, and ids are recycled as terms are freed, in an order
+    that follows Python's hash-seeded set and dict orders; in one shared context a kernel's
+    findings depended on every kernel verified before it in the process and on
+    PYTHONHASHSEED (the corpus's persistent/raster_full_groups read three ways: alone, and
+    after 114 other kernels under two seeds; docs/verify.md, "Reproducible findings"). In a
+    context of its own a run makes the same terms with the same ids whatever ran before.
+    The proof cache is one of its tables: its key is an AST id, which a new context
+    reuses, so a proof of another context must never be found (and none could be: no term
+    is shared between contexts). Terms made in the block belong to its context: a caller
+    must not combine them with terms made outside it."""
+    global _OWN_CONTEXT_DEPTH
+    if _OWN_CONTEXT_DEPTH:
+        yield
+        return
+    saved = {(m, n): getattr(m, n) for m, n, _ in _CONTEXT_LOCAL}
+    outer = z3.z3._main_ctx
+    for m, n, fresh in _CONTEXT_LOCAL:
+        setattr(m, n, fresh())
+    z3.z3._main_ctx = z3.Context()
+    _OWN_CONTEXT_DEPTH += 1
+    try:
+        yield
+    finally:
+        _OWN_CONTEXT_DEPTH -= 1
+        z3.z3._main_ctx = outer
+        # a module imported in the block declared its tables then: they hold the block's
+        # terms, which would keep its context alive (and a later run's z3 reads differently
+        # while another context lives: docs/verify.md, "A z3 context per run")
+        for m, n, fresh in _CONTEXT_LOCAL:
+            setattr(m, n, saved[(m, n)] if (m, n) in saved else fresh())
 
 
 # decisions made without the solver that are functions of plain numbers (check_layout's
@@ -1763,3 +1816,11 @@ def value(model: z3.ModelRef, term) -> int:
     if z3.is_false(v):
         return 0
     return v.as_long()
+
+
+for _name, _fresh in (("_PROOFS", OrderedDict), ("_CONSTS", OrderedDict), ("_CANON", dict),
+                      ("_RECENT_MODELS", list), ("_KNOWN_SETS", list), ("_NUMERALS", dict),
+                      ("_POINT_VALUES", dict), ("_OPAQUE_TERMS", OrderedDict),
+                      ("_NAMED_TERMS", OrderedDict), ("_NAMED_PAIRS", dict),
+                      ("_BV_CONSTS", lambda: None)):
+    context_local(sys.modules[__name__], _name, _fresh)

@@ -24,6 +24,7 @@ so every check stays quantifier-free.
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass, field, replace
 
 import z3
@@ -800,3 +801,12 @@ def align_operands(ra: Record, rb: Record, m, n, kk, tensors) -> Record:
         return rb
     fields = {renames.get(k, k): v for k, v in rb.fields.items()}
     return replace(rb, fields=fields)
+
+
+# a verification run's own z3 context (`solver.own_context`) starts these afresh: the terms
+# and sorts they hold are the outer context's, and the fresh variables' numbering restarts,
+# so a run names its variables the same whatever ran before it in the process
+for _name, _new in (("_PROBES", dict), ("_PROBE_ARRAYS", dict), ("_CARRIERS", dict),
+                    ("_PLACEHOLDERS", list), ("_INT_SORT", lambda: None),
+                    ("_fresh", itertools.count)):
+    solver.context_local(sys.modules[__name__], _name, _new)
