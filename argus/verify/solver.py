@@ -1662,6 +1662,7 @@ def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory,
                                               f"units, seeds {', '.join(map(str, SEEDS))})",
                        theory=theory)
     model = s.model()
+    minimize = list(minimize) + _other_ints(minimize, list(premises) + [z3.Not(conj)])
     if minimize:
         if decider is _purified:
             # a tactic solver runs its whole tactic again on every check after a push: each
@@ -1676,6 +1677,26 @@ def _prove(premises, claims, rlimit, minimize, stats, minimize_rlimit, theory,
     violated = [name for name, c in claims
                 if z3.is_false(model.eval(c, model_completion=True))]
     return Outcome("violated", ms, model=model, violated=violated, theory=theory)
+
+
+def _other_ints(minimize, terms) -> list[z3.ExprRef]:
+    """The integer constants of `terms` not in `minimize`, in order of first occurrence: a
+    counterexample's values past the obligation's own objectives (the two instances of a
+    race, the units of a coverage pair) minimized too, so that they are the least ones
+    (canonical), not whichever z3's first model had. z3's first model depends on more than
+    the query: on the AST ids of the process, and on its memory layout (a 1 MB block held
+    before a run changed raster_full_groups' first model; docs/verify.md, "A z3 context per
+    run, canonical counterexamples")."""
+    seen = {m.get_id() for m in minimize}
+    out = []
+    for t in terms:
+        for i, a in _ordered_consts(t):
+            if i not in seen:
+                seen.add(i)
+                c = z3.z3._to_expr_ref(a, t.ctx)
+                if z3.is_int(c):
+                    out.append(c)
+    return out
 
 
 def _prove_bv(premises, claims, rlimit, minimize, minimize_rlimit, theory):
@@ -1768,10 +1789,16 @@ def _as_bool(x) -> z3.BoolRef:
 
 def _tighten(s: z3.Solver, model: z3.ModelRef, objectives: Sequence[z3.ExprRef],
              rlimit: int) -> z3.ModelRef:
-    """Lexicographic minimization by iterative tightening: for each objective in turn, binary
-    search the smallest value the rest of the model allows (each probe is one `check` with an
+    """Lexicographic minimization by iterative tightening: for each objective in turn, search
+    the smallest value the rest of the model allows (each probe is one `check` with an
     eighth of `rlimit` resource units, at most 8 x (objectives + 4) probes: deterministic),
-    then pin it."""
+    then pin it.
+
+    The search gallops up from the floor (x <= lo, lo + 1, lo + 3, lo + 7, ... until one is
+    satisfiable) and then bisects below that model's value: the bounds probed depend on the
+    answers alone until the first satisfiable one, not on the value z3's first model had
+    (bisecting down from it, a probe out of budget, read as unsatisfiable, left the value
+    near the first model's: raster_full_groups' M = 514, 128 or 1 by process history)."""
     s.set("rlimit", max(rlimit_of(50), rlimit // 8))
     s.set("timeout", backstop_ms(max(rlimit_of(50), rlimit // 8)))
     probes = 8 * (len(objectives) + 4)
@@ -1780,17 +1807,24 @@ def _tighten(s: z3.Solver, model: z3.ModelRef, objectives: Sequence[z3.ExprRef],
             break
         best = _num_value(model.eval(ob, model_completion=True))
         lo = min(0, best)
+        step = 1   # galloping while no probe of this objective was satisfiable; None after
         while lo < best and probes > 0:
             probes -= 1
-            mid = (lo + best) // 2 if best - lo > 1 else lo
+            if step is not None:
+                mid = min(lo + step - 1, best - 1)
+            else:
+                mid = (lo + best) // 2 if best - lo > 1 else lo
             s.push()
             s.add(_le(ob, mid))
             r = s.check()
             if r == z3.sat:
                 model = s.model()
                 best = _num_value(model.eval(ob, model_completion=True))
+                step = None
             else:
                 lo = mid + 1
+                if step is not None:
+                    step *= 2
             s.pop()
         s.add(ob == model.eval(ob, model_completion=True))
     return model
