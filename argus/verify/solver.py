@@ -224,7 +224,9 @@ def own_context():
     is shared between contexts). Terms made in the block belong to its context: a caller
     must not combine them with terms made outside it."""
     global _OWN_CONTEXT_DEPTH
-    if _OWN_CONTEXT_DEPTH:
+    if _OWN_CONTEXT_DEPTH or os.environ.get("ARGUS_VERIFY_OWN_CONTEXT", "1") == "0":
+        # ARGUS_VERIFY_OWN_CONTEXT=0: one shared context, proofs reused between runs (faster
+        # where a process verifies one kernel again; findings then depend on the history)
         yield
         return
     saved = {(m, n): getattr(m, n) for m, n, _ in _CONTEXT_LOCAL}
