@@ -355,6 +355,11 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
     chains = [_acc_chain(defs, o.op.acc.id) for o in sites]
     values = {v for ch in chains for v in ch}
     before = {v for ch in chains for v in ch[1:]}
+    # a rescale assigned back to a variable of the chains (`o = o * alpha` after the step
+    # that retired o's wgmma: FA3's rescale_o after its wait, AttentionSchedule.rescale_late)
+    # continues the chain as the rescale at the issue does (`_acc_chain` follows that one):
+    # its result is a value of the chains, read once to continue them
+    values |= _rescales_assigned_into(kernel, defs, values)
     # the sites' wgmma ops by program point (a value: the path of op and region indices from
     # the kernel's body, as check_fills numbers assignments); a wgmma has no result to name it
     ops = _points_of(kernel, [o.op for o in sites])
@@ -373,6 +378,11 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
                 seen.add(point + (i,))
             if isinstance(op, O.Wgmma):
                 reads = [v for v in op.operands() if v.id in before and v is not op.acc]
+                if point + (i,) in ops and len(seen) == len(ops):
+                    # the last site accumulated in place into a variable of the chains (its
+                    # operand unscaled: the rescale was assigned before, rescale_late): the
+                    # variable holds the finished product, as after an assignment of it
+                    complete.add(op.acc.id)
             elif isinstance(op, (O.WgmmaFence, O.FenceOperands)):
                 reads = []
             elif isinstance(op, O.Assign) and op.dst.id in values:
@@ -408,6 +418,24 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
                     complete = got             # its body runs once, every time
         return complete
     return region(kernel.body, (), set()) is not None
+
+
+def _rescales_assigned_into(kernel, defs: dict, values: set[int]) -> set[int]:
+    """The results of `v * factor` (v a value of the chains, the factor a tile of another
+    shape: `_acc_chain`'s rescale) that an assignment stores into a variable of the chains."""
+    out: set[int] = set()
+    for op in kernel.body.walk():
+        if not isinstance(op, O.Assign) or op.dst.id not in values:
+            continue
+        src = defs.get(op.src.id)
+        if not isinstance(src, O.Elementwise) or src.fn != "mul" or len(src.args) != 2:
+            continue
+        shape = tuple(src.result.type.shape)
+        full = [a for a in src.args if isinstance(a.type, TileType)
+                and tuple(a.type.shape) == shape]
+        if len(full) == 1 and full[0].id in values:
+            out.add(op.src.id)
+    return out
 
 
 def _points_of(kernel, targets: list) -> set[tuple[int, ...]]:
