@@ -166,7 +166,11 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     ping-pong (ordered) with FA3's overlap order (fa3_overlap), the turn around S_j and
     P_{j-1} V_{j-1}; at head dim 64 on the 192 x 128 tile of three warpgroups (the two-CTA
     default of short lengths replaced): "default+ppfa3+packp" (P carried packed: the fp32
-    carry spills at head dim 64), "default+ppfa3+packp+bn176+direct" (128 x 176 at 128)."""
+    carry spills at head dim 64), "default+ppfa3+packp+bn176+direct" (128 x 176 at 128).
+    "olate" (with FA3's overlap order): rescale_after_pv, O rescaled by the new row scale
+    after P V retires and the next P V issued unscaled (FA3's rescale_o after the wait), on the
+    order without the turns (ping-pong, "ppfa3", always takes it since h309): "default+olate"
+    at head dims 128 and 256."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -221,6 +225,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["prefetch_next_q"] = True
     if "packp" in parts:    # P carried as the packed 16-bit A fragment (fa3_overlap)
         extra["packed_p"] = True
+    if "olate" in parts:    # O rescaled after P V retires (fa3_overlap)
+        extra["rescale_after_pv"] = True
     if "cl2" in parts and causal:
         raise ValueError("cl2: full masks only")
     if parts[0] == "default":
@@ -304,8 +310,10 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     8 keys compute P's exp2 on the FMA pipe; "emu0" is the default's SFU-only) and "ppfa3"
     (FA3's FP8 configuration: ping-pong turns around both GEMM issues of the overlap order,
     ordered + fa3_overlap, Q in shared memory; own_blocks off as for the bf16 token; the
-    default at head dim 128 with full masks since 2026-12-07) and "nopp" (no turns: the
-    one-warpgroup overlap loop, the default before that)."""
+    default at head dim 128 with full masks since 2026-12-07), "nopp" (no turns: the
+    one-warpgroup overlap loop, the default before that) and "olate" (rescale_after_pv: O
+    rescaled after P V retires, on the overlap order without the turns; "ppfa3" always
+    takes it)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -333,6 +341,8 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
                           own_blocks=False)
         elif part == "nopp":
             fields["ordered"] = False
+        elif part == "olate":
+            fields["rescale_after_pv"] = True
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
     return dataclasses.replace(fp8_schedule(head_dim, causal), **fields)
@@ -815,7 +825,7 @@ def main() -> int:
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
                              "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, earlyq, snake, "
-                             "cl2, grid, bnN, packp, ppfa3, "
+                             "cl2, grid, bnN, packp, ppfa3, olate, "
                              "stN, emuN, "
                              "ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "
@@ -833,7 +843,7 @@ def main() -> int:
     parser.add_argument("--fp8", default="",
                         help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
                              "these fp8 variants, comma-separated (default, fold, plain, tma, "
-                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp or '+' joins; "
+                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate or '+' joins; "
                              "fp8_variant_schedule), beside cuDNN "
                              "bf16")
     parser.add_argument("--hide-host", action="store_true",

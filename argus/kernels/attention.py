@@ -27,7 +27,9 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   issues of an iteration, S_j and P_{j-1} V_{j-1}, inside the K and V steps, and Q stays in
   shared memory: the turn holder waits for nothing inside its turn, and the warpgroup with
   the earliest pending turn finds its K and V slots filled (every warpgroup has finished the
-  iteration two back, so their slots were released). Proven like the default;
+  iteration two back, so their slots were released); O's rescale then follows P V's wait 0
+  (`rescale_late`, FA3's rescale_o), so the turn holds the two GEMM issues alone. Proven like
+  the default;
 * optionally (`intra_wg_overlap`), FA3's intra-warpgroup overlap: S of block j is issued
   before the softmax of block j - 1. It runs correctly (interpreter and GPU tests) but does
   not verify yet: the verifier loses the key tags of S carried across the loop's back edge,
@@ -35,7 +37,8 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
 * optionally (`fa3_overlap`; default_schedule's choice at head dims 128 and 256, and at causal
   head dim 64 for short queries), the same overlap in FA3's order
   (mainloop_fwd_sm90_tma_gmma_ws.hpp, "intra-warpgroup overlapping"): iteration j issues S_j =
-  Q K_j^T, then P_{j-1} V_{j-1} with O rescaled by alpha_{j-1}, then runs the softmax of S_j
+  Q K_j^T, then P_{j-1} V_{j-1} with O rescaled by alpha_{j-1} (or, `rescale_after_pv`, O
+  rescaled by alpha_j after P V's wait 0 instead), then runs the softmax of S_j
   while P V is still in flight: lower/sync.py's general wait places `wgmma.wait 1` before the
   softmax (S_j retired, P V not) and `wgmma.wait 0` at the V step's end, and keeps P_{j-1}'s
   packed A registers alive until then (fence.operands); that wait is pinned, so ptxas keeps
@@ -258,6 +261,21 @@ class AttentionSchedule:
     # docs/perf/attention.md, h295 / h302). The softmax's exp2 stays between P V's issue and
     # its wait in the SASS. Not the default until measured on a GPU
     packed_p: bool = False
+    # fa3_overlap only: O is rescaled by alpha_j (the softmax of S_j) after the V step's end
+    # retired P_{j-1} V_{j-1}, and the next P V accumulates onto it unscaled (o + P V) instead
+    # of o * alpha_{j-1} + P V at the issue: FA3's order at head dims <= 128 (rescale_o after
+    # warpgroup_wait<0>, hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp, RescaleOBeforeGemm off),
+    # so the head_dim / 2 multiplies a thread do not sit between a ping-pong turn's wait and
+    # its pass (the other warpgroup's S and P V wait on them). Ping-pong on the overlap order
+    # always takes it (rescale_late); this field opts the overlap order without the turns in.
+    # Not the default until measured on a GPU
+    rescale_after_pv: bool = False
+
+    @property
+    def rescale_late(self) -> bool:
+        """O's rescale after P V retires (rescale_after_pv), always with ping-pong on FA3's
+        overlap order: nothing but the two GEMM issues inside the turn."""
+        return self.fa3_overlap and (self.ordered or self.rescale_after_pv)
 
     @property
     def q_in_registers(self) -> bool:
@@ -332,6 +350,9 @@ class AttentionSchedule:
                             "overlap order (the last P V is peeled after it): it needs "
                             "fa3_overlap=True")
         problems += packed_p_problems(self.packed_p, self.fa3_overlap)
+        if self.rescale_after_pv and not self.fa3_overlap:
+            problems.append("rescale_after_pv=True moves O's rescale behind the P V that FA3's "
+                            "overlap order leaves in flight: it needs fa3_overlap=True")
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -1058,11 +1079,13 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
 
                 def pv(p, vs, o, alpha):
                     """O * alpha + P V for V's stage vs (P's k index is this block's key, V's
-                    row too). FP8: P rounded to e4m3, times V^T's column atoms."""
+                    row too); alpha None: O + P V (O rescaled already, rescale_late). FP8: P
+                    rounded to e4m3, times V^T's column atoms."""
+                    scaled = (lambda o: o) if alpha is None else (lambda o: o * alpha)
                     if not fp8:
-                        return ag.wgmma(p.to(dt), sV[vs], o * alpha, trans_b=True)
+                        return ag.wgmma(p.to(dt), sV[vs], scaled(o), trans_b=True)
                     p8 = p.to(dt)
-                    o = o * alpha
+                    o = scaled(o)
                     for a in range(vatoms):
                         pa = p8[:, vcols * a:vcols * (a + 1)] if vatoms > 1 else p8
                         o = ag.wgmma(pa, sV[vs].rows_of(a * D, D), o,
@@ -1090,6 +1113,10 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     # registers; without that pass a bf16 tile took a float register an
                     # element, no fewer than fp32)
                     carry = (lambda t: t.to(dt)) if s.packed_p else (lambda t: t)
+                    # rescale_late: O is rescaled after each P V retires (in the loop), so
+                    # every P V of the fa3 loop is issued unscaled; block 0's alpha (exp2 of a
+                    # -inf max: 0) would scale the zero O, which needs nothing
+                    late = s.rescale_late
                     if s.early_q_release:
                         # p and alpha live past Q's step (the last P V runs after it)
                         p, alpha = carry(ag.zeros((ROWS, BN))), ag.full((ROWS, 1), 1.0)
@@ -1124,14 +1151,20 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                             # (ag.ordered's rule)
                                             with ag.ordered("mma"):
                                                 sc = scores(qs, ks)          # S_j
-                                                o = pv(p, vs, o, alpha)
+                                                o = pv(p, vs, o, None if late else alpha)
                                         else:
-                                            o = pv(p, vs, o, alpha)
+                                            o = pv(p, vs, o, None if late else alpha)
                                         p_new, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
                                         if s.packed_p:
                                             p_j = p_new
                                         else:
                                             p = p_new
+                                    if s.rescale_late:
+                                        # FA3's rescale_o after warpgroup_wait<0>: the V
+                                        # step's end retired P_{j-1} V_{j-1}, so O (now in
+                                        # the units of m_{j-1}) takes alpha_j and the next
+                                        # P V adds P_j V_j unscaled
+                                        o = o * alpha
                                     if s.packed_p:
                                         # FA3's order (convert_type after warpgroup_wait<0>):
                                         # P_j is packed after the V step's end retired P_{j-1}
@@ -1143,7 +1176,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                         p = carry(p_j)
                             if not s.early_q_release:
                                 with v_pipe.consume() as vs:
-                                    o = pv(p, vs, o, alpha)
+                                    o = pv(p, vs, o, None if late else alpha)
                         elif not s.intra_wg_overlap:
                             for j in ag.range(blocks):
                                 with k_pipe.consume() as ks:
@@ -1172,7 +1205,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                         # Q's stage is released (the last S retired in the softmax): the
                         # producer may load the next tile's Q while this P V runs
                         with v_pipe.consume() as vs:
-                            o = pv(p, vs, o, alpha)
+                            o = pv(p, vs, o, None if late else alpha)
                 if s.own_blocks:
                     # the tile's blocks past this warpgroup's last key: no key of them is one
                     # its rows may see, so their stages are released unread (the producer and
