@@ -309,11 +309,11 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     the default's: fp8_case reads the token), "emuN" (exp2_emulate: N of every 16 groups of
     8 keys compute P's exp2 on the FMA pipe; "emu0" is the default's SFU-only) and "ppfa3"
     (FA3's FP8 configuration: ping-pong turns around both GEMM issues of the overlap order,
-    ordered + fa3_overlap, Q in shared memory; own_blocks off as for the bf16 token; the
-    default at head dim 128 with full masks since 2026-12-07), "nopp" (no turns: the
-    one-warpgroup overlap loop, the default before that) and "olate" (rescale_after_pv: O
-    rescaled after P V retires, on the overlap order without the turns; "ppfa3" always
-    takes it)."""
+    ordered + fa3_overlap, Q in shared memory; own_blocks off as for the bf16 token),
+    "nopp" (no turns), "olate" (rescale_after_pv: O rescaled after P V retires, on the
+    overlap order without the turns; "ppfa3" always takes it; the default at head dim 128
+    since 2026-12-07) and "oearly" (rescale_after_pv off: O rescaled at P V's issue, the
+    head dim 128 default before that)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -324,8 +324,8 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             continue
         if part == "fold":
             fields["fold_scale"] = True
-        elif part == "plain":
-            fields["fa3_overlap"] = False
+        elif part == "plain":   # the late rescale belongs to the overlap order
+            fields.update(fa3_overlap=False, rescale_after_pv=False)
         elif part == "tma":
             fields["epilogue"] = "tma"
         elif part == "pvt":
@@ -343,6 +343,8 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["ordered"] = False
         elif part == "olate":
             fields["rescale_after_pv"] = True
+        elif part == "oearly":
+            fields["rescale_after_pv"] = False
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
     return dataclasses.replace(fp8_schedule(head_dim, causal), **fields)
@@ -843,7 +845,7 @@ def main() -> int:
     parser.add_argument("--fp8", default="",
                         help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
                              "these fp8 variants, comma-separated (default, fold, plain, tma, "
-                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate or '+' joins; "
+                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate, oearly or '+' joins; "
                              "fp8_variant_schedule), beside cuDNN "
                              "bf16")
     parser.add_argument("--hide-host", action="store_true",

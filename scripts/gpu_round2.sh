@@ -28,11 +28,11 @@
 #        pp57 pp57b (h304: FA3's full configuration, ping-pong with the overlap order, `ppfa3`,
 #        against the default at hd64 / hd128; pp57b at 128 x 176 with P packed too)
 #        fp8pp57 (h308: the FP8 forward with ping-pong + the overlap order, fp8 token `ppfa3`,
-#        the default at hd128 full masks since 2026-12-07, against `nopp` (no turns), natural
-#        and permuted V^T, kernels alone: fp8k_*)
+#        against the default (hd128: the late rescale without turns since 2026-12-07) and
+#        `oearly` (the rescale at P V's issue), natural and permuted V^T, kernels alone: fp8k_*)
 #        pp57c (h309: O rescaled after P V, outside the turn: default, ppfa3, olate,
-#        ppfa3+packp at hd64 / hd128; then FP8 hd128: the default pvt (turns at full masks)
-#        against pvt+nopp and pvt+nopp+olate, log pp57cfp8)
+#        ppfa3+packp at hd64 / hd128; then FP8 hd128: the default pvt (late rescale, no
+#        turns) against pvt+oearly and pvt+ppfa3, log pp57cfp8)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -403,18 +403,18 @@ for s in "${steps[@]}"; do
     # kernel); fp8k_* are the kernels alone, cuDNN bf16 and ours bf16 the same-run baselines
     fp8pp57) run_step fp8pp57 300 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 128 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
-        --fp8 pvt+nopp,pvt,pvt+ppfa3,nopp --out "$OUT/fp8pp57" ;;
+        --fp8 pvt+oearly,pvt,pvt+ppfa3,oearly --out "$OUT/fp8pp57" ;;
     # 2026-12-07 (h309): O's rescale after P V retires, so the ping-pong turn holds the two
     # GEMM issues alone (ppfa3 takes it now; `olate` puts it on the overlap order without the
     # turns, hd128 only: hd64's default has no overlap order, its olate cells are refused),
-    # kernels alone against cuDNN; then FP8 hd128, permuted V^T: the default (turns at full
-    # masks, so the late rescale there) against no turns, with and without the late rescale
+    # kernels alone against cuDNN; then FP8 hd128, permuted V^T: the default (the late
+    # rescale without turns) against the early rescale and the turns
     pp57c) run_step pp57c 540 python3 -u scripts/gpu_attention_bench.py --dims 64,128 \
         --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
         --variants default,default+ppfa3,default+olate,default+ppfa3+packp --out "$OUT/pp57c"
         run_step pp57cfp8 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 128 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
-        --fp8 pvt,pvt+nopp,pvt+nopp+olate --out "$OUT/pp57cfp8" ;;
+        --fp8 pvt,pvt+oearly,pvt+ppfa3 --out "$OUT/pp57cfp8" ;;
     moefp856) run_step moefp856 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 \
         --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \
         --out "$OUT/moefp856" ;;

@@ -716,12 +716,18 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     head_dim 256, where O alone is 128 registers); at head_dim 64 two warpgroups of 128 x 128
     instead of base_schedule's plain-loop ping-pong (Q in registers), which the FP8 kernel
     does not take; at head_dim 128 the stmatrix + TMA store epilogue (epilogue='tma').
-    Ping-pong on the overlap order (ordered=True, FA3's FP8 configuration, h308) is taken at
-    head_dim 128 with full masks: on an H100 (2026-12-07, kernels alone, TFLOP/s, S = 2k /
-    4k / 16k full; docs/perf/attention.md) pvt 679 / 734 / 774 against pvt + ping-pong 718 /
-    772 / 798, natural V^T 649 / 678 / 728 against 684 / 720 / 762 (+3-6% in all six); causal
-    masks tied or lost (555 / 645 / 737 against 550 / 643 / 757) and keep one warpgroup's
-    turn-free loop. head_dim 64 and 256 were not measured with it.
+    At head_dim 128 O is rescaled after P V retires (rescale_after_pv, h309: FA3's rescale_o
+    after warpgroup_wait<0>) on the turn-free overlap loop. On an H100 (2026-12-07, kernels
+    alone, TFLOP/s, permuted V^T, S = 2k / 4k / 8k / 16k; docs/perf/attention.md):
+      full:   no turns 679 / 732 / 753 / 753, ping-pong turns (ordered, which always takes
+              the late rescale) 707 / 753 / 739 / 768, late rescale without turns 723 / 783 /
+              767 / 790
+      causal: no turns 556 / 640 / 701 / 752, turns 556 / 639 / 697 / 763, late rescale
+              without turns 586 / 690 / 743 / 771
+    (a second run at 2k / 4k / 16k agreed within 3%). The turns alone had gained 3-7% at full
+    masks in two earlier runs (the default from 5ac7d0bf to this change); the late rescale
+    without them is ahead of both everywhere. The bf16 kernel does not take it (the same run:
+    0-7% behind its default at head_dim 128). head_dim 64 and 256 were not measured with it.
 
     Measured on the H200 2026-12-04 (scripts/gpu_attention_bench.py --fp8, the kernel alone,
     TFLOP/s at head_dim 128, S = 2k full / causal, 8k full / causal, 16k full / causal):
@@ -746,7 +752,7 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     else:
         choice = dataclasses.replace(base_schedule(head_dim), fa3_overlap=True)
     if head_dim == 128:
-        choice = dataclasses.replace(choice, epilogue="tma", ordered=not causal)
+        choice = dataclasses.replace(choice, epilogue="tma", rescale_after_pv=True)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
 
 
