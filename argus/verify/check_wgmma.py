@@ -387,6 +387,11 @@ def _one_continuation(kernel, defs: dict, sites: list[WgmmaSite]) -> bool:
                 reads = []
             elif isinstance(op, O.Assign) and op.dst.id in values:
                 reads = []
+                if seen and len(seen) < len(ops) and op.src.id not in values:
+                    # between the sites a variable of the chains takes a value made outside
+                    # them (`o_old = o + 0; wgmma(.., o); o = o_old * alpha`): the k that
+                    # the sites before accumulated into it is dropped, so the chain breaks
+                    return None
                 if op.src.id in before:
                     if op.src.id in consumed:
                         return None
