@@ -60,6 +60,20 @@ def run(q, k, v, qs, ks, vs, causal, *, layout="bhsd", v_transposed=False, sched
     return (out.transpose(1, 2) if layout == "bshd" else out), lse
 
 
+def check_schedule(schedule, shape, head_dim, causal, permuted, monkeypatch):
+    """The op's run with `schedule`, V^T made permuted or not (the op sets permuted_vt from
+    PERMUTED_VT), on fresh inputs of `shape` (B, H, HKV, S, SK), against float64."""
+    import importlib
+
+    # the module (argus.ops.attention_fp8 is also the op function's name in argus.ops)
+    monkeypatch.setattr(importlib.import_module("argus.ops.attention_fp8"), "PERMUTED_VT",
+                        permuted)
+    B, H, HKV, S, SK = shape
+    q, k, v, qs, ks, vs = inputs(B, H, HKV, S, SK, head_dim, seed=S + SK + causal)
+    assert_close(*run(q, k, v, qs, ks, vs, causal, schedule=schedule),
+                 *reference(q, k, v, qs, ks, vs, causal))
+
+
 def assert_close(got, lse, want, want_lse):
     """e4m3 P and V: about 2% of max |out| at most, 1-2% RMS (measured 2026-12-03 on these
     shapes: max 1.0-2.2%, RMS 1.5-2.2%); the LSE (from fp32 scores of exact e4m3 products)

@@ -73,18 +73,8 @@ FP8_CASES = [("ppfa3", 128, False, (1, 2, 1, 150, 400), True),
                               f"{'pvt' if c[4] else 'shfl'}" for c in FP8_CASES])
 def test_fp8_ping_pong_with_fa3_overlap_against_float64(variant, head_dim, causal, shape,
                                                         permuted, monkeypatch):
-    import importlib
-
-    from tests.interp import test_attention_fp8_interp as F
-
-    # the module (argus.ops.attention_fp8 is also the op function's name in argus.ops)
-    fp8_op = importlib.import_module("argus.ops.attention_fp8")
+    from tests.interp.test_attention_fp8_interp import check_schedule
 
     schedule = BENCH.fp8_variant_schedule(variant, head_dim, causal)
     assert schedule.ordered and schedule.fa3_overlap and not schedule.q_in_registers
-    # the op sets permuted_vt from how it makes V^T (PERMUTED_VT)
-    monkeypatch.setattr(fp8_op, "PERMUTED_VT", permuted)
-    B, H, HKV, S, SK = shape
-    q, k, v, qs, ks, vs = F.inputs(B, H, HKV, S, SK, head_dim, seed=S + SK + causal)
-    F.assert_close(*F.run(q, k, v, qs, ks, vs, causal, schedule=schedule),
-                   *F.reference(q, k, v, qs, ks, vs, causal))
+    check_schedule(schedule, shape, head_dim, causal, permuted, monkeypatch)

@@ -53,15 +53,8 @@ FP8_CASES = [("olate", 128, True, (1, 2, 1, 300, 400), True),
                               f"{'pvt' if c[4] else 'shfl'}" for c in FP8_CASES])
 def test_fp8_rescale_after_pv_against_float64(variant, head_dim, causal, shape, permuted,
                                               monkeypatch):
-    import importlib
+    from tests.interp.test_attention_fp8_interp import check_schedule
 
-    from tests.interp import test_attention_fp8_interp as F
-
-    fp8_op = importlib.import_module("argus.ops.attention_fp8")
     schedule = BENCH.fp8_variant_schedule(variant, head_dim, causal)
     assert schedule.rescale_late
-    monkeypatch.setattr(fp8_op, "PERMUTED_VT", permuted)
-    B, H, HKV, S, SK = shape
-    q, k, v, qs, ks, vs = F.inputs(B, H, HKV, S, SK, head_dim, seed=S + SK + causal)
-    F.assert_close(*F.run(q, k, v, qs, ks, vs, causal, schedule=schedule),
-                   *F.reference(q, k, v, qs, ks, vs, causal))
+    check_schedule(schedule, shape, head_dim, causal, permuted, monkeypatch)
