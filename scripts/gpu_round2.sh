@@ -33,6 +33,7 @@
 #        pp57c (h309: O rescaled after P V, outside the turn: default, ppfa3, olate,
 #        ppfa3+packp at hd64 / hd128; then FP8 hd128: the default pvt (late rescale, no
 #        turns) against pvt+oearly and pvt+ppfa3, log pp57cfp8)
+#        fp8t58 (the FP8 attention GPU tests on the late-rescale default)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -374,6 +375,8 @@ for s in "${steps[@]}"; do
     short55b) run_step short55b 120 python3 -u scripts/gpu_attention_bench.py --dims 64,128 \
         --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only \
         --variants default+direct,default,default+pfq --out "$OUT/short55b" ;;
+    fp8t58) run_step fp8t58 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_fp8_gpu.py ;;
     sweep55) run_step sweep55 200 python3 -u scripts/gpu_attention_bench.py --dims 64,128,256 \
         --lengths 1024,4096,16384 --backends cudnn,flash --out "$OUT/sweep55" ;;
     mixtral55) run_step mixtral55 120 python3 -u scripts/gpu_moe_bench.py --models mixtral \
