@@ -30,6 +30,18 @@ def cache_dir() -> Path:
     return Path(_flag("ARGUS_CACHE_DIR", str(Path.home() / ".cache" / "argus")))
 
 
+def wgmma_a_fence() -> str:
+    """ARGUS_WGMMA_A_FENCE: "auto" (default) lets lowering choose, per register-A wgmma, a
+    copy of the A registers where the fragment is loop-invariant and a pin (no instruction)
+    elsewhere (lower/sync.py _a_copy); "copy" copies at every one (the fence of commit
+    9879b96), for timing the two against each other. Part of the compiled-kernel cache key."""
+    value = _flag("ARGUS_WGMMA_A_FENCE", "auto")
+    if value not in ("auto", "copy"):
+        raise ValueError(f"ARGUS_WGMMA_A_FENCE={value!r}: expected 'auto' or 'copy' "
+                         "(unset it for auto)")
+    return value
+
+
 def accept_golden() -> bool:
     """ARGUS_ACCEPT=1: golden-file tests rewrite their expected files instead of failing."""
     return _flag("ARGUS_ACCEPT", "0") == "1"

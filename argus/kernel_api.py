@@ -49,13 +49,21 @@ class KernelFunction(KernelDef):
             kernel = kernel.with_attrs(partial_outputs=self.partial_outputs)
         return kernel
 
+    def _build_key(self, **constexprs: Any) -> tuple:
+        """The cache key of a built kernel: its compile-time values and the lowering choice the
+        environment makes (ARGUS_WGMMA_A_FENCE, argus/config.py), so one process can build
+        both fences of the same kernel to time them."""
+        from argus import config
+
+        return self.cache_key(**constexprs), config.wgmma_a_fence()
+
     def compile(self, **constexprs: Any):
         """The CompiledKernel for these compile-time values (built once, then cached)."""
         from argus import compiler  # loaded on first use: `import argus` stays light
 
         from argus import config
 
-        key = self.cache_key(**constexprs)
+        key = self._build_key(**constexprs)
         verified = config.verify_level() >= 1
         # a kernel built unverified (ARGUS_VERIFY=0) is not handed out to a later compile that
         # asks for verification: that one builds (and verifies) it again
@@ -72,7 +80,7 @@ class KernelFunction(KernelDef):
         kernel the verifier never saw."""
         from argus import config
 
-        key = self.cache_key(**constexprs)
+        key = self._build_key(**constexprs)
         if config.verify_level() >= 1 and not self._verified.get(key, False):
             return None
         return self._compiled.get(key)
@@ -111,7 +119,7 @@ class KernelFunction(KernelDef):
         exactly what `compile` raises for a kernel those stages refuse."""
         from argus import compiler
 
-        key = self.cache_key(**constexprs)
+        key = self._build_key(**constexprs)
         if key not in self._front_ends:
             compiled = self._compiled.get(key)
             self._front_ends[key] = (compiled.source if compiled is not None

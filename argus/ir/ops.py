@@ -764,11 +764,16 @@ class WgmmaFence(Op):
     earlier register accesses of the accumulators `tiles` (and, with `a_registers`, of the
     register A operand of the wgmma that follows) before the asynchronous reads and writes of
     that wgmma. Legal directly before a `wgmma`, in the warpgroup that issues it; codegen also
-    pins the tiles' registers (fence_operands)."""
+    pins the tiles' registers (fence_operands). `a_copy` (with `a_registers`): the packed A
+    registers are also copied in place (an identity prmt each, here and at the fence after
+    the wait that retires the group) instead of only pinned (an empty asm, no instruction):
+    lower/sync.py sets it where the A tile is defined outside the innermost loop issuing the
+    wgmma (a loop-invariant fragment, which ptxas miscompiled with the pin alone)."""
 
     NAME = "wgmma.fence"
     tiles: tuple[Value, ...]
     a_registers: bool = False
+    a_copy: bool = field(default=False, metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)

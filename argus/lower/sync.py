@@ -69,6 +69,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from argus import config
 from argus.errors import CompileError, Loc
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
@@ -156,6 +157,10 @@ class _State:
     # values an enclosing loop body defines that this walk has not reached: at the top of an
     # iteration the previous iteration's such accumulator is dead (and out of scope)
     fresh: frozenset = frozenset()
+    # the register tiles the innermost enclosing loop body defines or assigns (views resolved
+    # to their tiles); None outside every loop: a register A fragment not among them is
+    # loop-invariant there, and its wgmma.fence copies it (_a_copy)
+    loop_defs: frozenset | None = None
     turn_barriers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # this role's
     # shared exchange through a buffer (store_shared, then a gather from it by other threads):
     # buffers generically written / gathered from since the last group barrier
@@ -202,6 +207,43 @@ def _touches(op: O.Op, st: _State) -> list[_Group]:
     used = {st.tile(v) for v in op.operands()}
     return [g for g in st.inflight
             if st.tile(g.acc) in used or (g.a is not None and st.tile(g.a) in used)]
+
+
+def _loop_defs(loop: O.For, st: _State) -> frozenset:
+    """The register tiles `loop`'s body writes: results of its ops that are not views (a view
+    names its tile's registers and writes none) and the targets of its `assign`s (a `var`
+    carried across the back edge, as FA3's packed P_{j-1} is, is rewritten in the body)."""
+    views = (O.TileSlice, O.ExpandDims)
+    made = {v.id for x in loop.body.walk() if not isinstance(x, views) for v in x.results()}
+    return frozenset(made | {st.tile(x.dst) for x in loop.body.walk() if isinstance(x, O.Assign)})
+
+
+def _a_copy(op: O.Wgmma, st: _State) -> bool:
+    """Whether the wgmma.fence of register-A wgmma `op` copies the A registers (an identity
+    prmt each, device header fence_operands) rather than pinning them (an empty asm with a
+    "+r" constraint, CUTLASS's warpgroup_fence_operand, no instruction).
+
+    Copied where the A tile is defined outside the innermost loop that issues the wgmma: a
+    loop-invariant fragment (ping-pong attention's Q, loaded once before the KV loop). There
+    the pin alone left the PTX a loop-body `mov` of hoisted registers, which ptxas (NVRTC 13.0)
+    coalesced with them and then reused for P once the first wgmma retired, never restoring
+    them: S = P K^T from the second KV block on (commit 9879b96). A copy defines the A
+    registers in the loop, right before each issue, and cannot be coalesced away.
+
+    Pinned where the body defines the tile before the issue each iteration (the P fragment
+    packed at the issue) or rewrites it (a `var` assigned in the body: packed_p's P_{j-1},
+    packed after P_{j-2} V_{j-2} retired and read by the next iteration's P V). A value carried
+    across the back edge is defined in the loop too: the iteration's A registers hold what the
+    body wrote in the previous iteration (or the value from before the loop, first), a phi of
+    a definition inside the loop, so ptxas sees no invariant to coalesce; the pin before the
+    issue and after the wait keeps them live (unmoved, unreused) while the group reads them.
+    A wgmma in no loop has nothing to hoist: pinned. tests/unit/test_wgmma_register_a_ptx.py
+    checks both kinds in the machine code of every library attention schedule with register
+    A. ARGUS_WGMMA_A_FENCE=copy (argus/config.py) copies at every register-A fence, to time
+    the two kinds against each other."""
+    if config.wgmma_a_fence() == "copy":
+        return True
+    return st.loop_defs is not None and st.tile(op.a) not in st.loop_defs
 
 
 def _retire_scope(st: _State, outer_depth: int, loc) -> list[O.Op]:
@@ -527,14 +569,15 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         st.generic_unfenced |= _generic_writes(op.body, st)
         # an op of the body before its consume step may run while the previous iteration's
         # group is in flight: walk the body with what flows around the back edge
-        fresh = st.fresh
+        fresh, loop_defs = st.fresh, st.loop_defs
         st.fresh = fresh | {v.id for x in op.body.walk() for v in x.results()}
+        st.loop_defs = _loop_defs(op, st)
         st.pending = _back_edge_pending(op, st)
         st.depth += 1
         body = _region(op.body.ops, st)
         body += _retire_scope(st, st.depth - 1, op.body.ops[-1].loc if op.body.ops else loc)
         st.depth -= 1
-        st.fresh = fresh
+        st.fresh, st.loop_defs = fresh, loop_defs
         st.pending = _join_pending(held, st.pending)  # a flush in the body may not have run
         st.store_read_pending |= stores or before
         st.store_paths = _join_paths(paths, st.store_paths)   # it may run zero times
@@ -598,7 +641,8 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         if touched:
             out += _retire(st, touched, "the accumulator is read as register A", loc)
         rs = op.a_in_registers
-        out += [O.WgmmaFence((op.acc,), a_registers=rs, loc=loc), op, O.WgmmaCommit(loc=loc)]
+        out += [O.WgmmaFence((op.acc,), a_registers=rs, a_copy=rs and _a_copy(op, st), loc=loc),
+                op, O.WgmmaCommit(loc=loc)]
         if st.in_consume:
             group = _Group(op.acc, op.a if rs else None, st.depth,
                            beside=bool(st.pending) and _beside(op, st))

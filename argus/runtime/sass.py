@@ -168,3 +168,99 @@ def k_loop_classes(loop: Iterable[str]) -> Counter[str]:
             cls = "uniform" if op.startswith("U") and op not in ("UTMALDG", "UTMASTG") else op
         out[cls] += 1
     return out
+
+
+# A register-A wgmma (HGMMA / QGMMA): accumulator, first A register, the B descriptor
+_REGISTER_A = re.compile(r"\b([HQ]GMMA)\.64x(\d+)x\d+\.\S+\s+R(\d+),\s*R(\d+),\s*gdesc")
+_WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)")
+_BRANCH = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(@!?U?P[T0-9]+\s+)?BRA\b.*`\((\.L_x_\d+)\)")
+_EXIT = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+EXIT\b")
+_DEST = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)(\.\S*)?\s+"
+                   r"R(\d+)\b")
+
+
+def _written(line: str) -> range:
+    """The general registers an instruction line writes (its first operand; .64 / .WIDE two,
+    .128 four, an HGMMA / QGMMA 64xN f32 accumulator N / 2); empty for stores, branches and
+    instructions whose first operand is not a register."""
+    m = _DEST.match(line)
+    if not m or m.group(1).startswith(("ST", "RED", "ATOM", "BRA", "BAR", "SYNCS", "WARPGROUP")):
+        return range(0)
+    first, mods = int(m.group(3)), m.group(2) or ""
+    gmma = re.search(r"[HQ]GMMA\.64x(\d+)", line)
+    if gmma:
+        return range(first, first + int(gmma.group(1)) // 2)
+    width = 4 if ".128" in mods else 2 if (".64" in mods or ".WIDE" in mods) else 1
+    return range(first, first + width)
+
+
+def register_a_hazards(sass: str, invariant=lambda line: False) -> list[str]:
+    """Register-A wgmma (HGMMA / QGMMA with an A register) whose A registers (R, R+1, R+2, R+3)
+    the machine code may overwrite while the wgmma can still read them, or, for the ones
+    `invariant(line)` names (a fragment defined before the loop: ping-pong attention's Q), that
+    a loop body overwrites without restoring before the next issue (commit 9879b96's
+    miscompile: S = P K^T from the second KV block on). Returns one line per finding (empty:
+    none).
+
+    In flight: from the wgmma's group commit (the HGMMA carrying gsb0) every control-flow path
+    (branches both ways, a loop's back edge included) up to the `WARPGROUP.DEPBAR.LE gsb0, N`
+    that retires the group (N <= the groups committed after it) must not write them.
+    Loop-carried (every register-A wgmma inside a loop): an `invariant` one's registers are
+    either not written in the innermost loop around it, or rewritten between the loop head
+    and the wgmma; any other's (defined in the loop each iteration, or carried across the back
+    edge) must be written somewhere in that loop, else the wgmma would read a stale value."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines)
+              for m in [re.match(r"^\s*(\.L_x_\d+):", line)] if m}
+    # loops: conditional backward branches (a loop's test). ptxas places the retry of an
+    # mbarrier wait out of line, past the exits, and jumps back from it unconditionally: no loop
+    loops = [(labels[m.group(2)], i) for i, line in enumerate(lines)
+             for m in [_BRANCH.match(line)]
+             if m and m.group(1) and labels.get(m.group(2), len(lines)) < i]
+    writes = [_written(line) for line in lines]
+    bad = []
+    for h, line in enumerate(lines):
+        m = _REGISTER_A.search(line)
+        if not m:
+            continue
+        regs = set(range(int(m.group(4)), int(m.group(4)) + 4))
+        where = f"line {h + 1} ({m.group(1)} A R{m.group(4)})"
+        # (line, groups committed after this one's, this one's committed yet)
+        seen, todo = set(), [(h + 1, 0, "gsb0" in line)]
+        while todo:
+            state = todo.pop()
+            j, newer, committed = state
+            if j >= len(lines) or state in seen:
+                continue
+            seen.add(state)
+            text = lines[j]
+            wait = _WAIT.search(text)
+            if wait and committed and newer >= int(wait.group(1), 16):
+                continue                       # retired
+            hit = regs.intersection(writes[j])
+            if hit:
+                bad.append(f"{where}: R{min(hit)} written at line {j + 1} while in flight")
+                break
+            if "GMMA" in text and "gsb0" in text and "DEPBAR" not in text:
+                newer, committed = (min(newer + 1, 8), True) if committed else (0, True)
+            if _EXIT.match(text):
+                continue
+            branch = _BRANCH.match(text)
+            if branch:
+                todo.append((labels.get(branch.group(2), len(lines)), newer, committed))
+                if branch.group(1) is None:
+                    continue                   # unconditional
+            todo.append((j + 1, newer, committed))
+        around = [(a, b) for a, b in loops if a <= h <= b]
+        if not around:
+            continue
+        head, tail = min(around, key=lambda ab: ab[1] - ab[0])
+        for r in sorted(regs):
+            after = any(r in writes[j] for j in range(h + 1, tail + 1))
+            before = any(r in writes[j] for j in range(head, h))
+            if invariant(line) and after and not before:
+                bad.append(f"{where}: R{r} overwritten in the loop after it, not restored "
+                           "before the next issue")
+            if not invariant(line) and not (after or before):
+                bad.append(f"{where}: R{r} not written in the loop around it (stale)")
+    return bad

@@ -236,10 +236,11 @@ class _Emitter(metaclass=_RuleNames):
     role_copies: tuple[int, str] = (1, "")
     acc_names: bool = False      # acc_row / acc_col are declared (a role that runs wgmma)
     current_full: str = ""       # the full barrier of the produce step being emitted
-    # accumulator id -> (C name, k steps) of the packed A registers of its rs wgmma groups
-    # still in flight past their issue block (declared in the issuing scope, lower/sync.py
-    # retires them before it ends); the fence.operands after their wait names them
-    a_frags: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    # accumulator id -> (C name, k steps, copied: the issue's WgmmaFence.a_copy) of the packed
+    # A registers of its rs wgmma groups still in flight past their issue block (declared in
+    # the issuing scope, lower/sync.py retires them before it ends); the fence.operands after
+    # their wait names them, with the fence their issue had
+    a_frags: dict[int, list[tuple[str, int, bool]]] = field(default_factory=dict)
     a_frag_count: int = 0
 
     def emit(self, line: str) -> None:

@@ -38,7 +38,7 @@ def wgmma_issue(em: _Emitter, ops, i: int) -> int:
         em.a_frag_count += 1
         k_steps = op.k_extent // (32 // op.a.type.dtype.bytes)
         em.emit(f"ag::uint32_t {ra}[{k_steps}][4];")
-        em.a_frags.setdefault(op.acc.id, []).append((ra, k_steps))
+        em.a_frags.setdefault(op.acc.id, []).append((ra, k_steps, fence.a_copy))
     em.emit("{")
     em.indent += 1
     if op.a_in_registers:
@@ -47,7 +47,7 @@ def wgmma_issue(em: _Emitter, ops, i: int) -> int:
         a_regs = _wgmma_smem(em, op, fence)
     if waited:
         wgmma_wait(em, tail[0])
-        fence_operands(em, tail[1], a_regs)
+        fence_operands(em, tail[1], a_regs, fence.a_copy)
     em.indent -= 1
     em.emit("}")
     return i + (5 if waited else 3)

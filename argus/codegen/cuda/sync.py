@@ -84,14 +84,22 @@ def wgmma_fence(em: _Emitter, op: O.WgmmaFence, a_regs: int = 0, ra: str = "ra",
     for t in op.tiles:
         em.emit(f"ag::fence_operands({em.tiles[t.id].name});")
     for kk in range(a_regs if op.a_registers else 0):
-        em.emit(f"ag::fence_operands({ra}[{kk}]);")
+        em.emit(f"ag::{a_fence(op.a_copy)}({ra}[{kk}]);")
     em.emit("ag::wgmma_fence_pinned();" if pinned else "ag::wgmma_fence();")
 
 
+def a_fence(copy: bool) -> str:
+    """The device header's fence of packed A registers: lowering's WgmmaFence.a_copy (a copy,
+    identity prmt) or the pin (empty asm)."""
+    return "fence_operands" if copy else "pin_operands"
+
+
 @rule(O.FenceOperands)
-def fence_operands(em: _Emitter, op: O.FenceOperands, a_regs: int = 0) -> None:
+def fence_operands(em: _Emitter, op: O.FenceOperands, a_regs: int = 0,
+                   a_copy: bool = True) -> None:
+    """`a_regs`: inside the issue block of a wgmma whose fence has `a_copy`."""
     for kk in range(a_regs if op.a_registers else 0):
-        em.emit(f"ag::fence_operands(ra[{kk}]);")
+        em.emit(f"ag::{a_fence(a_copy)}(ra[{kk}]);")
     if op.a_registers and not a_regs:
         # after the wait that retired rs groups issued earlier in this scope: their packed A
         # registers stay allocated (and unmoved) until here, then die
@@ -99,9 +107,9 @@ def fence_operands(em: _Emitter, op: O.FenceOperands, a_regs: int = 0) -> None:
         if not frags:
             raise CompileError("fence.operands of register A with no rs wgmma group of these "
                                "accumulators in flight", op.loc)
-        for name, k_steps in frags:
+        for name, k_steps, copy in frags:
             for kk in range(k_steps):
-                em.emit(f"ag::fence_operands({name}[{kk}]);")
+                em.emit(f"ag::{a_fence(copy)}({name}[{kk}]);")
     for t in op.tiles:
         acc = em.tiles[t.id].name
         em.emit(f"ag::fence_operands({acc});")

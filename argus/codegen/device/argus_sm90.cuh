@@ -685,8 +685,9 @@ __device__ __forceinline__ void wgmma_fence_pinned() {
 // Compiler-only fence on accumulator registers: the wait above names no registers, so without
 // this the compiler could move reads/writes of `d` across it. Costs no instruction.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
-// The wgmma A fragment registers (ra[k], fenced before the wgmma and after its wait): a real
-// copy (identity prmt), not an empty asm. ptxas (NVRTC 13.0) miscompiles a register A fragment
+// The wgmma A fragment registers (ra[k], fenced before the wgmma and after its wait) where
+// lowering chose the copy (WgmmaFence.a_copy: a fragment defined outside the loop issuing the
+// wgmma): a real copy (identity prmt), not an empty asm. ptxas (NVRTC 13.0) miscompiles a register A fragment
 // that is loop-invariant (ping-pong attention's Q, packed once before the KV loop): it coalesces
 // the per-iteration copy with the hoisted registers, reuses them for P after the first wgmma
 // retires and never restores them, so from the second KV block on S = Q K^T read P (wrong
@@ -697,6 +698,11 @@ __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"
 __device__ __forceinline__ void fence_operand(uint32_t& r) {
     asm volatile("prmt.b32 %0, %0, 0, 0x3210;" : "+r"(r) :: "memory");
 }
+// The pin alone (CUTLASS's warpgroup_fence_operand): no instruction, the registers live and
+// unmoved across it. Lowering chooses it (WgmmaFence.a_copy false, lower/sync.py _a_copy) for
+// an A fragment the loop issuing the wgmma defines before each issue (attention's P), where
+// the copy above cost one PRMT a register per issue.
+__device__ __forceinline__ void pin_operand(uint32_t& r) { asm volatile("" : "+r"(r) :: "memory"); }
 template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
@@ -706,6 +712,11 @@ template <int N>
 __device__ __forceinline__ void fence_operands(uint32_t (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) fence_operand(d[i]);
+}
+template <int N>
+__device__ __forceinline__ void pin_operands(uint32_t (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) pin_operand(d[i]);
 }
 
 // PTX ISA §9.7.15.5.1.2.2 "Matrix Descriptor Format" (INVARIANTS.md §2.2):
