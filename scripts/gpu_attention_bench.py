@@ -68,6 +68,7 @@ host work) and the op's host time per repeated call (CPU clock).
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -170,7 +171,9 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     "olate" (with FA3's overlap order): rescale_after_pv, O rescaled by the new row scale
     after P V retires and the next P V issued unscaled (FA3's rescale_o after the wait), on the
     order without the turns (ping-pong, "ppfa3", always takes it since h309): "default+olate"
-    at head dims 128 and 256."""
+    at head dims 128 and 256. "copyfence" changes no schedule field: the variant's kernels
+    are built with every wgmma register-A fence a copy (a_fence, ARGUS_WGMMA_A_FENCE=copy),
+    e.g. "default+copyfence" against "default" (lowering's choice since h314)."""
     import dataclasses
 
     from argus.kernels.attention import (AttentionSchedule, base_schedule, default_schedule,
@@ -283,6 +286,41 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     while s.problems_for(head_dim) and s.block_n > 32:
         s = dataclasses.replace(s, block_n=s.block_n // 2)
     return s
+
+
+@contextlib.contextmanager
+def a_fence(variant: str):
+    """"copyfence" in a variant: its kernels built (and run) under ARGUS_WGMMA_A_FENCE=copy,
+    every wgmma register-A fence an identity-prmt copy (the fence of commit 9879b96), instead
+    of lowering's choice (copy only for a loop-invariant fragment: ping-pong's Q; argus/
+    config.py). The variant's schedule is the same as without the token: the compiled
+    kernels (argus/kernel_api.py) key on the variable, so both builds live in one process;
+    the op's memos of kernels, launches and calls (argus.ops.attention, keyed by schedule)
+    are emptied on the way in and out, so its calls fetch the kernel of the fence in force."""
+    import importlib
+    import os
+
+    # the module: argus.ops's attribute `attention` is the op function
+    op = importlib.import_module("argus.ops.attention")
+
+    def forget():
+        for memo in (op._COMPILED, op._LAUNCHES, op._ENTRIES):
+            memo.clear()
+
+    if "copyfence" not in variant.split("+"):
+        yield
+        return
+    old = os.environ.get("ARGUS_WGMMA_A_FENCE")
+    os.environ["ARGUS_WGMMA_A_FENCE"] = "copy"
+    forget()
+    try:
+        yield
+    finally:
+        forget()
+        if old is None:
+            os.environ.pop("ARGUS_WGMMA_A_FENCE", None)
+        else:
+            os.environ["ARGUS_WGMMA_A_FENCE"] = old
 
 
 def kernel_plan(q, k, v, causal, schedule=None):
@@ -897,13 +935,14 @@ def main() -> int:
         for variant in variants:
             name = "ours" if variant == "default" else f"ours_{variant}"
             try:
-                schedule = variant_schedule(variant, d, causal, S)
-                out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
-                torch.cuda.synchronize()
-                row[f"{name}_rel_error"] = check(out, q, k, v, causal)
-                t = measure(lambda: argus.ops.attention(q, k, v, causal=causal,
-                                                        schedule=schedule),
-                            trials=100, warmup=5)
+                with a_fence(variant):
+                    schedule = variant_schedule(variant, d, causal, S)
+                    out = argus.ops.attention(q, k, v, causal=causal, schedule=schedule)
+                    torch.cuda.synchronize()
+                    row[f"{name}_rel_error"] = check(out, q, k, v, causal)
+                    t = measure(lambda: argus.ops.attention(q, k, v, causal=causal,
+                                                            schedule=schedule),
+                                trials=100, warmup=5)
                 row[f"{name}_ms"], row[f"{name}_tflops"] = t.median_ms, flops / t.median_ms / 1e9
                 row[f"{name}_schedule"] = repr(schedule)
             except Exception as e:  # noqa: BLE001 - report and go on with the other cases
@@ -920,8 +959,10 @@ def main() -> int:
             for variant in variants:
                 name = "kernel" if variant == "default" else f"kernel_{variant}"
                 try:
-                    plan = kernel_plan(q, k, v, causal, variant_schedule(variant, d, causal, S))
-                    t = measure(plan, trials=100, warmup=5)
+                    with a_fence(variant):
+                        plan = kernel_plan(q, k, v, causal,
+                                           variant_schedule(variant, d, causal, S))
+                        t = measure(plan, trials=100, warmup=5)
                     row[f"{name}_ms"], row[f"{name}_tflops"] = \
                         t.median_ms, flops / t.median_ms / 1e9
                 except Exception as e:  # noqa: BLE001

@@ -34,6 +34,9 @@
 #        ppfa3+packp at hd64 / hd128; then FP8 hd128: the default pvt (late rescale, no
 #        turns) against pvt+oearly and pvt+ppfa3, log pp57cfp8)
 #        fp8t58 (the FP8 attention GPU tests on the late-rescale default)
+#        fence58 (h314: the wgmma register-A fence, lowering's choice (copy only for ping-pong's
+#        loop-invariant Q, the pin for P) against the copy everywhere (`copyfence`:
+#        ARGUS_WGMMA_A_FENCE=copy, commit 9879b96's fence), one process, kernels alone)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -430,6 +433,13 @@ for s in "${steps[@]}"; do
         --fp8-only split_smem_tma split_smem_tma_half split_smem_tma_dyn \
         split_smem_tma_half_dyn split_smem_tma_grid split_smem_tma_half_grid \
         --out "$OUT/half57" ;;
+    # 2026-12-07 (h314): the register-A fence chosen in lowering (a copy, one PRMT a register,
+    # only where the A fragment is loop-invariant: ping-pong's Q; the pin, no instruction, for
+    # P: 32 PRMT fewer a KV block at hd128) against the copy at every fence (`copyfence`);
+    # every head dim (hd64's default is ping-pong: Q keeps its copies, P loses them)
+    fence58) run_step fence58 540 python3 -u scripts/gpu_attention_bench.py --dims 64,128,256 \
+        --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+copyfence --out "$OUT/fence58" ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -61,3 +61,22 @@ def test_no_two_fp8_variants_of_a_step_coincide_everywhere(name):
     for i, a in enumerate(variants):
         for b in variants[i + 1:]:
             assert table[a] != table[b], f"{name}: {a} and {b} are one schedule at {cells}"
+
+
+def test_fence58_times_two_fences_of_one_schedule():
+    """fence58's two variants are one schedule built twice: lowering's fence choice (P pinned)
+    and, under the bench's `copyfence` token, the copy at every register-A fence."""
+    from argus.kernels.attention import attention_kernel
+
+    step = _step("fence58")
+    assert re.search(r"--variants (\S+)", step).group(1).split(",") == \
+        ["default", "default+copyfence"]
+    for d in (64, 128, 256):
+        assert BENCH.variant_schedule("default+copyfence", d, False, 4096) == \
+            BENCH.variant_schedule("default", d, False, 4096)
+    kernel, s = attention_kernel(256), BENCH.variant_schedule("default", 256, False, 4096)
+    chosen = kernel.front_end(s=s).text
+    with BENCH.a_fence("default+copyfence"):
+        copied = kernel.front_end(s=s).text
+    assert "ag::pin_operands(ra" in chosen
+    assert "ag::pin_operands(ra" not in copied and "ag::fence_operands(ra" in copied
