@@ -74,7 +74,7 @@ from argus.errors import CompileError, Loc
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import is_tag_op
-from argus.ir.types import TileType
+from argus.ir.types import ScalarType, TileType
 from argus.target.limits import (NAMED_BARRIERS, WARPGROUP_SIZE, WGMMA_WAIT_MAX,
                                  entry_registers)
 
@@ -157,9 +157,9 @@ class _State:
     # values an enclosing loop body defines that this walk has not reached: at the top of an
     # iteration the previous iteration's such accumulator is dead (and out of scope)
     fresh: frozenset = frozenset()
-    # the register tiles the innermost enclosing loop body defines or assigns (views resolved
-    # to their tiles); None outside every loop: a register A fragment not among them is
-    # loop-invariant there, and its wgmma.fence copies it (_a_copy)
+    # the register tiles (and scalars) whose value changes across the iterations of the
+    # innermost enclosing loop (_loop_defs); None outside every loop: a register A fragment
+    # not among them is loop-invariant there, and its wgmma.fence copies it (_a_copy)
     loop_defs: frozenset | None = None
     turn_barriers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # this role's
     # shared exchange through a buffer (store_shared, then a gather from it by other threads):
@@ -210,12 +210,24 @@ def _touches(op: O.Op, st: _State) -> list[_Group]:
 
 
 def _loop_defs(loop: O.For, st: _State) -> frozenset:
-    """The register tiles `loop`'s body writes: results of its ops that are not views (a view
-    names its tile's registers and writes none) and the targets of its `assign`s (a `var`
-    carried across the back edge, as FA3's packed P_{j-1} is, is rewritten in the body)."""
+    """The register tiles whose value `loop`'s body changes from one iteration to the next:
+    those it writes in place (the targets of its `assign`s, e.g. a `var` carried across the
+    back edge as FA3's packed P_{j-1} is; the accumulators of its wgmma), and the results of
+    its ops that read the loop variable, such a tile, or anything not in registers (shared or
+    global memory, a pipeline step). A view names its tile's registers (it writes none); an op
+    on loop-invariant registers and scalars alone (a conversion of Q inside the loop)
+    computes an invariant that ptxas may hoist, so it does not count."""
     views = (O.TileSlice, O.ExpandDims)
-    made = {v.id for x in loop.body.walk() if not isinstance(x, views) for v in x.results()}
-    return frozenset(made | {st.tile(x.dst) for x in loop.body.walk() if isinstance(x, O.Assign)})
+    body = list(loop.body.walk())
+    varying = {loop.var.id} | {st.tile(x.dst) for x in body if isinstance(x, O.Assign)} | \
+        {st.tile(x.acc) for x in body if isinstance(x, O.Wgmma)}
+    for x in body:     # definitions before uses (what is written in place is seeded above)
+        if isinstance(x, views) or isinstance(x, O.Assign):
+            continue
+        if any(st.tile(v) in varying or not isinstance(v.type, (TileType, ScalarType))
+               for v in x.operands()):
+            varying |= {v.id for v in x.results()}
+    return frozenset(varying)
 
 
 def _a_copy(op: O.Wgmma, st: _State) -> bool:
@@ -223,15 +235,16 @@ def _a_copy(op: O.Wgmma, st: _State) -> bool:
     prmt each, device header fence_operands) rather than pinning them (an empty asm with a
     "+r" constraint, CUTLASS's warpgroup_fence_operand, no instruction).
 
-    Copied where the A tile is defined outside the innermost loop that issues the wgmma: a
-    loop-invariant fragment (ping-pong attention's Q, loaded once before the KV loop). There
+    Copied where the A tile is invariant in the innermost loop that issues the wgmma (defined
+    before it, or computed in it from invariant registers only: _loop_defs): ping-pong
+    attention's Q, loaded once before the KV loop. There
     the pin alone left the PTX a loop-body `mov` of hoisted registers, which ptxas (NVRTC 13.0)
     coalesced with them and then reused for P once the first wgmma retired, never restoring
     them: S = P K^T from the second KV block on (commit 9879b96). A copy defines the A
     registers in the loop, right before each issue, and cannot be coalesced away.
 
-    Pinned where the body defines the tile before the issue each iteration (the P fragment
-    packed at the issue) or rewrites it (a `var` assigned in the body: packed_p's P_{j-1},
+    Pinned where the body computes the tile anew before the issue each iteration (the P
+    fragment packed at the issue, from this block's scores) or rewrites it (a `var` assigned in the body: packed_p's P_{j-1},
     packed after P_{j-2} V_{j-2} retired and read by the next iteration's P V). A value carried
     across the back edge is defined in the loop too: the iteration's A registers hold what the
     body wrote in the previous iteration (or the value from before the loop, first), a phi of

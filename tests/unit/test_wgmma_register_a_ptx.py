@@ -31,6 +31,7 @@ import subprocess
 
 import pytest
 
+import argus as ag
 from argus.runtime import nvrtc_available
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
@@ -156,6 +157,42 @@ def test_lowering_copies_only_the_loop_invariant_fragment(monkeypatch):
     monkeypatch.setenv("ARGUS_WGMMA_A_FENCE", "copy")
     forced = _fences(_lowered(dataclasses.replace(base_schedule(128), ordered=True)))
     assert {copy for _, copy in forced} == {True}
+
+
+@ag.kernel
+def looped(Q: ag.Tensor["BH", "S", 64, ag.bf16], K: ag.Tensor["BH", "SK", 64, ag.bf16],
+           V: ag.Tensor["BH", "SK", 64, ag.bf16], O: ag.Tensor["BH", "S", 64, ag.f32]):
+    """S = Q K^T (Q loaded before the KV loop), S2 = (2 Q) K^T (computed in the loop from Q
+    alone: an invariant ptxas may hoist) and O += (S + S2) V, one 64-key block a step."""
+    pid, bh = ag.grid(ag.cdiv(Q.shape[1], 64), Q.shape[0])
+    blocks = ag.cdiv(K.shape[1], 64)
+    sK = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    sV = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    pipe = ag.pipeline(2, consumers=1)
+    with ag.role("producer", warpgroups=1):
+        for j in ag.range(blocks):
+            with pipe.produce() as st:
+                ag.tma.load(sK[st], K, (bh, j * 64, 0))
+                ag.tma.load(sV[st], V, (bh, j * 64, 0))
+    with ag.role("consumer", warpgroups=1):
+        q = ag.load(Q, (bh, pid * 64, 0), (64, 64))
+        o = ag.zeros((64, 64))
+        for j in ag.range(blocks):
+            with pipe.consume() as st:
+                s = ag.wgmma(q, sK[st], ag.zeros((64, 64)))
+                s2 = ag.wgmma((q.to(ag.f32) * 2.0).to(ag.bf16), sK[st], ag.zeros((64, 64)))
+                o = ag.wgmma((s + s2).to(ag.bf16), sV[st], o, trans_b=True)
+        ag.store(O, (bh, pid * 64, 0), o)
+
+
+def test_lowering_copies_what_the_loop_does_not_change(monkeypatch):
+    """Q (defined before the loop) and 2 Q (computed in the loop from Q alone) are copied;
+    P (from this step's wgmma accumulators) is pinned; a wgmma in no loop is pinned."""
+    from argus.compiler import lower_only
+    from tests.unit.test_wgmma_register_a import two_gemms
+    monkeypatch.delenv("ARGUS_WGMMA_A_FENCE", raising=False)
+    assert _fences(lower_only(looped)) == [(False, True), (False, True), (True, False)]
+    assert {copy for _, copy in _fences(lower_only(two_gemms))} == {False}
 
 
 def _nvdisasm() -> str | None:
