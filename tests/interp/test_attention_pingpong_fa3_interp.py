@@ -65,6 +65,7 @@ FP8_CASES = [("ppfa3", 128, False, (1, 2, 1, 150, 400), True),
              ("ppfa3", 128, True, (1, 2, 1, 300, 400), True),
              ("ppfa3", 128, True, (2, 2, 2, 200, 260), False),
              ("ppfa3", 64, True, (1, 2, 1, 150, 300), True),
+             ("ppfa3", 64, False, (1, 2, 2, 200, 300), False),
              ("ppfa3", 256, False, (1, 1, 1, 100, 200), True)]
 
 

@@ -111,3 +111,69 @@ def test_head_dim_64_ping_pong_spills_less():
     res = compile_kernel(attention_kernel(64, ag.bf16, True, False), verify=False,
                          s=s).resources
     assert res.spill_stores <= 4 and res.spill_loads <= 4, res
+
+
+# FP8 at head dims 64 (128 x 128, two warpgroups) and 256 (128 x 64): fp8_schedule's overlap
+# order there scales O at P V's issue; the fp8 token "olate" moves the rescale behind P V's
+# wait (as the head dim 128 default), "oearly" is their default (h315)
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_the_fp8_tokens_at_head_dims_64_and_256(head_dim):
+    for causal in (False, True):
+        default = fp8_schedule(head_dim, causal)
+        assert default.fa3_overlap and not default.rescale_late
+        late = BENCH.fp8_variant_schedule("pvt+olate", head_dim, causal)
+        assert late == dataclasses.replace(default, permuted_vt=True, rescale_after_pv=True)
+        assert late.rescale_late and late.problems_for(head_dim, ag.e4m3) == []
+        assert BENCH.fp8_variant_schedule("pvt+oearly", head_dim, causal) == \
+            BENCH.fp8_variant_schedule("pvt", head_dim, causal) != late
+
+
+def _fp8_loop_top_to_pv(s, head_dim, causal):
+    """The FP8 KV loop's text from its top to P_{j-1} V_{j-1}'s first (e4m3, register-A)
+    wgmma."""
+    src = _source(s, head_dim, causal, ag.e4m3)
+    top = re.search(r"for \(int v\d+ = 1; ", src).start()
+    return src[top:src.index("_e4m3_rs(", top)]
+
+
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_fp8_olate_takes_o_off_p_vs_issue(head_dim):
+    """Without the token the loop multiplies O's head_dim / 2 registers a thread before P V's
+    issue; with it none there (they follow P V's wait 0, as at head dim 128)."""
+    early = BENCH.fp8_variant_schedule("pvt", head_dim, True)
+    late = BENCH.fp8_variant_schedule("pvt+olate", head_dim, True)
+    assert len(PRODUCT.findall(_fp8_loop_top_to_pv(early, head_dim, True))) == head_dim // 2
+    assert not PRODUCT.findall(_fp8_loop_top_to_pv(late, head_dim, True))
+
+
+FP8_BUILD_CASES = [(v, d, c) for v in ("olate", "pvt+olate") for d in (64, 256)
+                   for c in (False, True)] + [("pvt+ppfa3", 64, False), ("pvt+ppfa3", 64, True)]
+
+
+@pytest.mark.parametrize("variant,head_dim,causal", FP8_BUILD_CASES,
+                         ids=[f"fp8-{v}-d{d}-{'causal' if c else 'full'}"
+                              for v, d, c in FP8_BUILD_CASES])
+def test_fp8_builds_without_spills(variant, head_dim, causal):
+    """NVRTC 13.0, sm_90a (h315): the late rescale on fp8_schedule's hd64 / hd256 tiles, and
+    the turns (which always take it) on hd64's permuted V^T, build with no spill stores or
+    loads, in the registers a thread of the CTA enters with."""
+    from argus.target.limits import entry_registers
+
+    s = BENCH.fp8_variant_schedule(variant, head_dim, causal)
+    assert s.rescale_late and s.spill_problems(head_dim, ag.e4m3) == []
+    res = compile_kernel(attention_kernel(head_dim, ag.e4m3, causal, False, s.permuted_vt),
+                         verify=False, s=s).resources
+    assert res.spill_stores == 0 and res.spill_loads == 0, (s, res)
+    assert res.registers <= entry_registers(128 * (1 + s.consumers), s.ctas_per_sm), res
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_fp8_head_dim_64_turn_holds_no_multiply_of_o(causal):
+    """Ping-pong on hd64's FP8 overlap order (128 x 128, two warpgroups taking turns): the turn
+    holds the GEMM issues alone, O's 32 products a thread follow P V's wait 0."""
+    s = BENCH.fp8_variant_schedule("pvt+ppfa3", 64, causal)
+    src = _source(s, 64, causal, ag.e4m3)
+    turn, passed = _turn(src)
+    assert not PRODUCT.findall(src[turn:passed])
+    after = src[passed:]
+    assert len(PRODUCT.findall(after[after.index("wgmma_wait_pinned<0>"):])) >= 32

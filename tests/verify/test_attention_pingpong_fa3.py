@@ -58,8 +58,8 @@ def test_with_the_next_q_prefetched(causal):
 # probe, not a default)
 FP8_CASES = [("ppfa3", 128, False), ("ppfa3", 128, True), ("ppfa3+pvt", 128, False),
              ("ppfa3+pvt", 128, True), ("ppfa3+pvt+emu2", 128, True), ("ppfa3+bn256", 128, False),
-             ("ppfa3", 64, False), ("ppfa3", 64, True), ("ppfa3", 256, False),
-             ("ppfa3", 256, True)]
+             ("ppfa3", 64, False), ("ppfa3", 64, True), ("ppfa3+pvt", 64, False),
+             ("ppfa3+pvt", 64, True), ("ppfa3", 256, False), ("ppfa3", 256, True)]
 
 
 @pytest.mark.parametrize("variant,head_dim,causal", FP8_CASES,

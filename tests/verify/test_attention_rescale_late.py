@@ -34,7 +34,10 @@ def test_rescale_after_pv_verifies_clean(variant, head_dim, causal, seq_len):
     _assert_clean(report, s.epilogue, head_dim)
 
 
-FP8_CASES = [("olate", 128, False), ("pvt+olate", 128, True), ("olate", 64, True)]
+# head dims 64 and 256 take the late rescale only with the token (h315), both masks, natural
+# and permuted V^T
+FP8_CASES = [("olate", 128, False), ("pvt+olate", 128, True), ("olate", 64, True),
+             ("pvt+olate", 64, False), ("olate", 256, False), ("pvt+olate", 256, True)]
 
 
 @pytest.mark.parametrize("variant,head_dim,causal", FP8_CASES,
