@@ -79,7 +79,8 @@ from argus.target.limits import (NUM_SMS, REGISTERS_PER_SM, entry_registers,
 
 __all__ = ["AttentionSchedule", "attention_kernel", "base_schedule", "default_schedule",
            "fa3_overlap_schedule", "fp8_schedule", "HEAD_DIMS", "LOG2E", "P_BIAS",
-           "P_SCALE", "prefetch_next_q_problems", "store_cols_problems"]
+           "P_SCALE", "packed_p_problems", "prefetch_next_q_problems",
+           "rescale_after_pv_problems", "store_cols_problems"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -350,9 +351,7 @@ class AttentionSchedule:
                             "overlap order (the last P V is peeled after it): it needs "
                             "fa3_overlap=True")
         problems += packed_p_problems(self.packed_p, self.fa3_overlap)
-        if self.rescale_after_pv and not self.fa3_overlap:
-            problems.append("rescale_after_pv=True moves O's rescale behind the P V that FA3's "
-                            "overlap order leaves in flight: it needs fa3_overlap=True")
+        problems += rescale_after_pv_problems(self.rescale_after_pv, self.fa3_overlap)
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -518,6 +517,16 @@ def prefetch_next_q_problems(prefetch_next_q: bool, persistent: bool, ordered: b
                         "stage; ping-pong (ordered) in the plain loop loads Q into registers "
                         "and has none (with fa3_overlap=True Q keeps its stage)")
     return problems
+
+
+def rescale_after_pv_problems(rescale_after_pv: bool, fa3_overlap: bool) -> list[str]:
+    """AttentionSchedule.rescale_after_pv's rule at any dtype (a function of the fields it
+    reads, as store_cols_problems, for the agent's declared space). With ordered=True on the
+    overlap order the field changes nothing (rescale_late: ping-pong always rescales late)."""
+    if rescale_after_pv and not fa3_overlap:
+        return ["rescale_after_pv=True moves O's rescale behind the P V that FA3's overlap "
+                "order leaves in flight: it needs fa3_overlap=True"]
+    return []
 
 
 def packed_p_problems(packed_p: bool, fa3_overlap: bool) -> list[str]:

@@ -230,7 +230,11 @@ def test_normalize_keeps_store_rounds_to_the_tma_epilogue():
     (256, dict(block_n=64, epilogue="direct", store_cols=128), "store_cols_epilogue"),
     (128, dict(packed_p=True), "packed_p_order"),
     (64, dict(block_m=192, block_n=128, ordered=True, packed_p=True), "packed_p_order"),
-], ids=["prefetch-grid", "prefetch-pingpong", "rounds-direct", "packp-plain", "packp-pingpong"])
+    (128, dict(rescale_after_pv=True), "rescale_late_order"),
+    (64, dict(block_m=192, block_n=128, ordered=True, rescale_after_pv=True),
+     "rescale_late_order"),
+], ids=["prefetch-grid", "prefetch-pingpong", "rounds-direct", "packp-plain", "packp-pingpong",
+        "olate-plain", "olate-pingpong"])
 def test_the_levers_are_refused_in_the_schedules_words(D, kw, code):
     """An illegal combination of the new fields is refused by the declared constraint (before
     anything is built), with the reason AttentionSchedule itself raises."""
@@ -324,6 +328,78 @@ def test_packed_p_rules_are_the_kernels():
                if d.severity == "error"]
     assert [d.code for d in refused] == ["registers"]
     assert "packed_p=True" in refused[0].message and "packed_p=True" in refused[0].fix
+
+
+def test_rescale_after_pv_is_proposed_and_its_rule_is_the_kernels():
+    """rescale_after_pv (h309's late rescale of O, FP8's hd128 default; bf16 measured 0-7%
+    behind at hd128) is a searched lever: one step from each fa3 default (hd128 / 256) the
+    search proposes it, and ping-pong on the overlap order (ordered + fa3_overlap, FA3's full
+    configuration) beside it, both accepted; over the loop orders the family accepts exactly
+    what AttentionSchedule constructs and problems_for / spill_problems take; ping-pong on the
+    overlap order always rescales late, so normalize keeps that point's field False (one
+    kernel, searched once); the estimate counts nothing for it."""
+    import itertools
+
+    import argus as ag
+    from argus.agent.families.attention import schedule_of
+    from argus.compiler import lower_only
+    from argus.kernels.attention import attention_kernel
+
+    for D, S, causal in ((128, 4096, False), (128, 16384, True), (256, 4096, False)):
+        t = task(D=D, S=S, causal=causal)
+        start = FAMILY.normalize(t, FAMILY.default_params(t))
+        assert start["fa3_overlap"] and not start["rescale_after_pv"]
+        assert FAMILY.space(t)["rescale_after_pv"] == (False, True)
+        near = FAMILY.neighbors(t, start)
+        late = [x for x in near if x["rescale_after_pv"]]
+        turns = [x for x in near if x["ordered"] and x["fa3_overlap"]]
+        assert late and turns and all(FAMILY.legal(t, x) for x in late + turns), (D, S)
+        assert all(schedule_of(x).rescale_late for x in late + turns)
+        assert FAMILY.estimate(t, late[0]).ms == FAMILY.estimate(t, start).ms
+        assert FAMILY.normalize(t, dict(turns[0], rescale_after_pv=True)) == turns[0]
+        for rescale, fa3, ordered in itertools.product((False, True), repeat=3):
+            p = dict(start, rescale_after_pv=rescale, fa3_overlap=fa3, ordered=ordered,
+                     early_q_release=start["early_q_release"] and fa3)
+            try:
+                s = schedule_of(p)
+                kernel_ok = not s.problems_for(D) and not s.spill_problems(D)
+            except ValueError:
+                kernel_ok = False
+            assert FAMILY.legal(t, p) == kernel_ok, (D, p, FAMILY.static_check(t, p))
+    # an accepted point lowers (the kernel's own checks at trace time)
+    t = task(D=128, S=4096)
+    late = next(x for x in FAMILY.neighbors(t, FAMILY.normalize(t, FAMILY.default_params(t)))
+                if x["rescale_after_pv"])
+    lower_only(attention_kernel(128, ag.bf16, False, False), s=schedule_of(late))
+
+
+def test_an_illegal_rescale_is_refused_before_anything_is_built(monkeypatch):
+    """rescale_after_pv=True off the overlap order: the declared constraint refuses it in the
+    schedule's words while no schedule of the point is constructed (the task's facts build
+    the library defaults; nothing with the point's field, no lowering)."""
+    from argus.agent.families.attention import schedule_of
+    from argus.kernels.attention import AttentionSchedule
+
+    t = task(D=128)
+    p = dict(point(), rescale_after_pv=True)
+    checks = AttentionSchedule.__post_init__
+
+    def built(self):
+        assert not self.rescale_after_pv, "the point's schedule was constructed"
+        checks(self)
+
+    def lowered(*args, **kwargs):
+        raise AssertionError("the point was lowered")
+
+    with monkeypatch.context() as m:
+        m.setattr(AttentionSchedule, "__post_init__", built)
+        m.setattr(FAMILY, "resources", lowered)
+        found = [d for d in FAMILY.static_check(t, p) if d.severity == "error"]
+    assert [d.code for d in found] == ["rescale_late_order"]
+    assert "fa3_overlap=True" in found[0].fix
+    with pytest.raises(ValueError) as raised:
+        schedule_of(p)
+    assert found[0].message in str(raised.value)
 
 
 def test_packed_p_is_not_predicted_faster():

@@ -18,7 +18,11 @@ off the fa3 order by the schedule's own rule (packed_p_problems); the block_n it
 160 at head dim 128, 80 at 256: AttentionSchedule.spill_problems counts the carried P, fp32 or
 packed, against the spills NVRTC measured, and resource_check leaves a spilling point out) are
 on the block_n axis already. The estimate counts nothing for packing
-itself (not measured on a GPU); a wider block_n costs what any block_n does. There is no decode
+itself (not measured on a GPU); a wider block_n costs what any block_n does. Since h315 also
+rescale_after_pv (h309: O rescaled after P V retires on FA3's overlap order, which ping-pong
+there always takes), refused off that order by the schedule's own rule
+(rescale_after_pv_problems); the estimate counts nothing for it (bf16 hd128 measured it 0-7%
+behind the default, FP8 hd128 3-8% ahead: the family's kernel is 16-bit). There is no decode
 path in argus yet (no attention_decode, no KV splits), so no split axis.
 
 Legality is declared, not written as family rules: AttentionSchedule's ranges and constraints
@@ -245,7 +249,8 @@ class AttentionFamily(ScheduleFamily):
                  fa3_overlap=False, intra_wg_overlap=False, persistent=False,
                  epilogue="direct", producer_regs=24, consumer_regs=240, ctas_per_sm=1,
                  tile_order="head", own_blocks=False, early_q_release=False, cluster_m=1,
-                 store_cols=0, prefetch_next_q=False, packed_p=False)
+                 store_cols=0, prefetch_next_q=False, packed_p=False,
+                 rescale_after_pv=False)
         return p
 
     def normalize(self, task: TaskSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -255,8 +260,13 @@ class AttentionFamily(ScheduleFamily):
         2 x 104: 384 threads enter with 80 registers). Ping-pong and the overlap orders exclude
         each other: the cards that turn one on set the others off. Staging rounds (store_cols)
         exist only with the TMA-store epilogue (as in the GEMM family), and a round of the
-        whole head dim is store_cols=0 (Staging stages min(store_cols, head dim) either way)."""
+        whole head dim is store_cols=0 (Staging stages min(store_cols, head dim) either way).
+        Ping-pong on FA3's overlap order (ordered + fa3_overlap) always rescales O after P V
+        (AttentionSchedule.rescale_late), so rescale_after_pv there is one kernel either way:
+        the point keeps rescale_after_pv=False."""
         p = dict(params)
+        if p.get("ordered") and p.get("fa3_overlap"):
+            p["rescale_after_pv"] = False
         if p.get("epilogue", "direct") != "tma" or p.get("store_cols", 0) == _kd(task.dims, p):
             p["store_cols"] = 0
         if p.get("block_m", 0) % 64 == 0:

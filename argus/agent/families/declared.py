@@ -229,6 +229,11 @@ ATTENTION = dict(
     packed_p=legal((False, True), rule="FA3's overlap order carries P_{j-1} as the packed "
                    "16-bit A fragment instead of fp32 (kernels/attention.py "
                    "AttentionSchedule.packed_p; problems_for counts the carried form)"),
+    rescale_after_pv=legal((False, True), rule="FA3's overlap order rescales O after P V "
+                           "retires (wgmma wait 0) and issues the next P V unscaled, instead "
+                           "of scaling O at P V's issue (kernels/attention.py "
+                           "AttentionSchedule.rescale_after_pv; ping-pong on that order always "
+                           "does: rescale_late)"),
     num_sms=fixed("H100/H200 SXM: 132 SMs"), approx_exp2=fixed("not searched yet"),
     fold_scale=fixed("not searched yet"),
 )
@@ -262,6 +267,10 @@ def _prefetch_problems(s) -> list[str]:
 
 def _packed_p_problems(s) -> list[str]:
     return _attention().packed_p_problems(s["packed_p"], s["fa3_overlap"])
+
+
+def _rescale_problems(s) -> list[str]:
+    return _attention().rescale_after_pv_problems(s["rescale_after_pv"], s["fa3_overlap"])
 
 
 ATTENTION_CONSTRAINTS = (
@@ -308,6 +317,12 @@ ATTENTION_CONSTRAINTS = (
                "use fa3_overlap=True with packed_p=True, or packed_p=False",
                "argus/kernels/attention.py AttentionSchedule._problems (packed_p_problems)",
                reads=("packed_p", "fa3_overlap")),
+    Constraint("rescale_late_order", lambda s, f: not _rescale_problems(s),
+               lambda s, f: "; ".join(_rescale_problems(s)),
+               "use fa3_overlap=True with rescale_after_pv=True, or rescale_after_pv=False",
+               "argus/kernels/attention.py AttentionSchedule._problems "
+               "(rescale_after_pv_problems)",
+               reads=("rescale_after_pv", "fa3_overlap")),
 )
 
 
