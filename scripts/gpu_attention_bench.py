@@ -349,10 +349,9 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     (FA3's FP8 configuration: ping-pong turns around both GEMM issues of the overlap order,
     ordered + fa3_overlap, Q in shared memory; own_blocks off as for the bf16 token),
     "nopp" (no turns), "olate" (rescale_after_pv: O rescaled after P V retires, on the
-    overlap order without the turns; "ppfa3" always takes it; the default at head dim 128
-    since 2026-12-07, at head dims 64 and 256 the token opts their overlap order in) and
-    "oearly" (rescale_after_pv off: O rescaled at P V's issue, the head dim 128 default
-    before that and the default at head dims 64 and 256, where it changes nothing)."""
+    overlap order without the turns; "ppfa3" always takes it; the default at every head dim
+    since 2026-12-07) and "oearly" (rescale_after_pv off: O rescaled at P V's issue, the
+    default before that)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule

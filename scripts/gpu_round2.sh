@@ -37,8 +37,8 @@
 #        fence58 (h314: the wgmma register-A fence, lowering's choice (copy only for ping-pong's
 #        loop-invariant Q, the pin for P) against the copy everywhere (`copyfence`:
 #        ARGUS_WGMMA_A_FENCE=copy, commit 9879b96's fence), one process, kernels alone)
-#        fp8late58 (h315: the FP8 forward at hd64 / hd256, its default (O rescaled at P V's
-#        issue there) against the late rescale (`olate`, the hd128 default), permuted V^T)
+#        fp8late58 (h315: the FP8 forward at hd64 / hd256, the late rescale (the default at
+#        every head dim since the 2026-12-07 11:05 run of this step) against `oearly`, permuted V^T)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -423,13 +423,13 @@ for s in "${steps[@]}"; do
         run_step pp57cfp8 200 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 128 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
         --fp8 pvt,pvt+oearly,pvt+ppfa3 --out "$OUT/pp57cfp8" ;;
-    # 2026-12-07 (h315): the FP8 default at head dims 64 and 256 (O rescaled at P V's issue)
-    # against O rescaled after P V retires (fp8 token `olate`, the hd128 default since h309's
-    # run: +3-8% there), permuted V^T (the op's kernel), kernels alone: fp8k_*; cuDNN bf16 and
-    # ours bf16 are the same-run baselines. Built and verified on the CPU, not measured
+    # 2026-12-07 (h315): the FP8 forward at head dims 64 and 256, O rescaled after P V retires
+    # (the default since this step's first run, 11:05 UTC on an H100: ahead or tied in 12 of
+    # 12) against O rescaled at P V's issue (`oearly`), permuted V^T (the op's kernel), kernels
+    # alone: fp8k_*; cuDNN bf16 and ours bf16 are the same-run baselines
     fp8late58) run_step fp8late58 300 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 64,256 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
-        --fp8 pvt,pvt+olate --out "$OUT/fp8late58" ;;
+        --fp8 pvt,pvt+oearly --out "$OUT/fp8late58" ;;
     moefp856) run_step moefp856 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 \
         --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \
         --out "$OUT/moefp856" ;;

@@ -725,7 +725,7 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     head_dim 256, where O alone is 128 registers); at head_dim 64 two warpgroups of 128 x 128
     instead of base_schedule's plain-loop ping-pong (Q in registers), which the FP8 kernel
     does not take; at head_dim 128 the stmatrix + TMA store epilogue (epilogue='tma').
-    At head_dim 128 O is rescaled after P V retires (rescale_after_pv, h309: FA3's rescale_o
+    At every head dim O is rescaled after P V retires (rescale_after_pv, h309: FA3's rescale_o
     after warpgroup_wait<0>) on the turn-free overlap loop. On an H100 (2026-12-07, kernels
     alone, TFLOP/s, permuted V^T, S = 2k / 4k / 8k / 16k; docs/perf/attention.md):
       full:   no turns 679 / 732 / 753 / 753, ping-pong turns (ordered, which always takes
@@ -736,7 +736,11 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     (a second run at 2k / 4k / 16k agreed within 3%). The turns alone had gained 3-7% at full
     masks in two earlier runs (the default from 5ac7d0bf to this change); the late rescale
     without them is ahead of both everywhere. The bf16 kernel does not take it (the same run:
-    0-7% behind its default at head_dim 128). head_dim 64 and 256 were not measured with it.
+    0-7% behind its default at head_dim 128). head_dim 64 and 256 take it too since an H100
+    run of 2026-12-07 ~11:05 UTC (tree 58e8a5a9, `gpu_round2.sh fp8late58`, kernels alone,
+    permuted V^T, TFLOP/s, S = 2k / 4k / 16k, without / with it): hd64 full 420 / 420,
+    443 / 446, 473 / 482; causal 339 / 346, 398 / 408, 470 / 479; hd256 full 803 / 852,
+    928 / 944, 973 / 980; causal 615 / 655, 754 / 793, 944 / 963 (ahead or tied in all 12).
 
     Measured on the H200 2026-12-04 (scripts/gpu_attention_bench.py --fp8, the kernel alone,
     TFLOP/s at head_dim 128, S = 2k full / causal, 8k full / causal, 16k full / causal):
@@ -761,8 +765,8 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     else:
         choice = dataclasses.replace(base_schedule(head_dim), fa3_overlap=True)
     if head_dim == 128:
-        choice = dataclasses.replace(choice, epilogue="tma", rescale_after_pv=True)
-    return dataclasses.replace(choice, approx_exp2=True, fold_scale=True)
+        choice = dataclasses.replace(choice, epilogue="tma")
+    return dataclasses.replace(choice, approx_exp2=True, fold_scale=True, rescale_after_pv=True)
 
 
 def fa3_overlap_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:

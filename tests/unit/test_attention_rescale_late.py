@@ -41,14 +41,14 @@ def test_the_field_and_its_refusal():
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_no_default_takes_it_but_the_fp8_head_dim_128(head_dim):
+def test_only_the_fp8_defaults_take_it(head_dim):
     for causal in (False, True):
         for seq_len in (None, 1024, 2048, 4096, 16384):
             assert not default_schedule(head_dim, causal, seq_len).rescale_late
-        # the FP8 default takes the late rescale at head dim 128, without the turns (measured,
-        # fp8_schedule's docstring); nowhere else
+        # the FP8 default takes the late rescale at every head dim, without the turns
+        # (measured, fp8_schedule's docstring); the bf16 defaults nowhere
         fp8 = fp8_schedule(head_dim, causal)
-        assert fp8.rescale_late == (head_dim == 128) == fp8.rescale_after_pv
+        assert fp8.rescale_late and fp8.rescale_after_pv
         assert not fp8.ordered
 
 
@@ -114,18 +114,18 @@ def test_head_dim_64_ping_pong_spills_less():
 
 
 # FP8 at head dims 64 (128 x 128, two warpgroups) and 256 (128 x 64): fp8_schedule's overlap
-# order there scales O at P V's issue; the fp8 token "olate" moves the rescale behind P V's
-# wait (as the head dim 128 default), "oearly" is their default (h315)
+# order there rescales O behind P V's wait since 2026-12-07 (as at head dim 128); the fp8 token
+# "oearly" moves it back to P V's issue, "olate" is their default (h315, then fp8late58)
 @pytest.mark.parametrize("head_dim", [64, 256])
 def test_the_fp8_tokens_at_head_dims_64_and_256(head_dim):
     for causal in (False, True):
         default = fp8_schedule(head_dim, causal)
-        assert default.fa3_overlap and not default.rescale_late
-        late = BENCH.fp8_variant_schedule("pvt+olate", head_dim, causal)
-        assert late == dataclasses.replace(default, permuted_vt=True, rescale_after_pv=True)
-        assert late.rescale_late and late.problems_for(head_dim, ag.e4m3) == []
-        assert BENCH.fp8_variant_schedule("pvt+oearly", head_dim, causal) == \
-            BENCH.fp8_variant_schedule("pvt", head_dim, causal) != late
+        assert default.fa3_overlap and default.rescale_late
+        early = BENCH.fp8_variant_schedule("pvt+oearly", head_dim, causal)
+        assert early == dataclasses.replace(default, permuted_vt=True, rescale_after_pv=False)
+        assert not early.rescale_late and early.problems_for(head_dim, ag.e4m3) == []
+        assert BENCH.fp8_variant_schedule("pvt+olate", head_dim, causal) == \
+            BENCH.fp8_variant_schedule("pvt", head_dim, causal) != early
 
 
 def _fp8_loop_top_to_pv(s, head_dim, causal):
@@ -138,10 +138,10 @@ def _fp8_loop_top_to_pv(s, head_dim, causal):
 
 @pytest.mark.parametrize("head_dim", [64, 256])
 def test_fp8_olate_takes_o_off_p_vs_issue(head_dim):
-    """Without the token the loop multiplies O's head_dim / 2 registers a thread before P V's
-    issue; with it none there (they follow P V's wait 0, as at head dim 128)."""
-    early = BENCH.fp8_variant_schedule("pvt", head_dim, True)
-    late = BENCH.fp8_variant_schedule("pvt+olate", head_dim, True)
+    """With "oearly" the loop multiplies O's head_dim / 2 registers a thread before P V's
+    issue; the default none there (they follow P V's wait 0, as at head dim 128)."""
+    early = BENCH.fp8_variant_schedule("pvt+oearly", head_dim, True)
+    late = BENCH.fp8_variant_schedule("pvt", head_dim, True)
     assert len(PRODUCT.findall(_fp8_loop_top_to_pv(early, head_dim, True))) == head_dim // 2
     assert not PRODUCT.findall(_fp8_loop_top_to_pv(late, head_dim, True))
 
