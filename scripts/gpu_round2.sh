@@ -33,7 +33,8 @@
 #        pp57c (h309: O rescaled after P V, outside the turn: default, ppfa3, olate,
 #        ppfa3+packp at hd64 / hd128; then FP8 hd128: the default pvt (late rescale, no
 #        turns) against pvt+oearly and pvt+ppfa3, log pp57cfp8)
-#        fp8t58 (the FP8 attention GPU tests on the late-rescale default)
+#        fp8t58 (the FP8 attention GPU tests on the late-rescale default), s58tests (every GPU
+#        test file with a register-A wgmma: the fence of e749f1cc)
 #        fence58 (h314: the wgmma register-A fence, lowering's choice (copy only for ping-pong's
 #        loop-invariant Q, the pin for P) against the copy everywhere (`copyfence`:
 #        ARGUS_WGMMA_A_FENCE=copy, commit 9879b96's fence), one process, kernels alone)
@@ -380,6 +381,14 @@ for s in "${steps[@]}"; do
     short55b) run_step short55b 120 python3 -u scripts/gpu_attention_bench.py --dims 64,128 \
         --lengths 1024,2048 --no-gqa --backends cudnn --kernel-only \
         --variants default+direct,default,default+pfq --out "$OUT/short55b" ;;
+    # 2026-12-07: every GPU test file with a register-A wgmma (the fence lowering chooses since
+    # e749f1cc: P pinned, ping-pong's Q copied) and the FP8 late rescale at every head dim
+    s58tests) run_step s58tests 420 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_gpu.py tests/gpu/test_attention_fp8_gpu.py \
+        tests/gpu/test_attention_decode_gpu.py tests/gpu/test_attention_host_gpu.py \
+        tests/gpu/test_attention_vt_gpu.py tests/gpu/test_conv_pointwise_nchw_gpu.py \
+        tests/gpu/test_core2_gpu.py tests/gpu/test_exp2_emulation_gpu.py \
+        tests/gpu/test_agent_attention_family_gpu.py tests/gpu/test_random_programs_gpu.py ;;
     fp8t58) run_step fp8t58 240 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
         tests/gpu/test_attention_fp8_gpu.py ;;
     sweep55) run_step sweep55 200 python3 -u scripts/gpu_attention_bench.py --dims 64,128,256 \
