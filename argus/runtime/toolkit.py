@@ -16,6 +16,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -56,7 +57,7 @@ def find_tool(name: str) -> str | None:
 
     An environment variable of the tool's name in capitals (NVDISASM=/path/to/nvdisasm, as
     the SASS scripts document) wins when it names an executable file; then PATH, then
-    <root>/bin for each of `cuda_roots()`.
+    <root>/bin for each of `cuda_roots()` and `wheel_roots()`.
     """
     override = os.environ.get(name.upper())
     if override and os.path.isfile(override) and os.access(override, os.X_OK):
@@ -64,11 +65,23 @@ def find_tool(name: str) -> str | None:
     found = shutil.which(name)
     if found:
         return found
-    for root in cuda_roots():
+    for root in cuda_roots() + wheel_roots():
         candidate = root / "bin" / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+def wheel_roots() -> list[Path]:
+    """Roots of NVIDIA's pip wheels on sys.path (site-packages/nvidia/cu13, .../cuda_nvcc, ...):
+    `pip install nvidia-cuda-nvdisasm` puts nvdisasm in <root>/bin there and nowhere on PATH,
+    which left the SASS tests and scripts skipped on a machine that had it."""
+    roots: list[Path] = []
+    for entry in sys.path:
+        base = Path(entry or ".") / "nvidia"
+        if base.is_dir():
+            roots += sorted((p for p in base.iterdir() if (p / "bin").is_dir()), reverse=True)
+    return roots
 
 
 @functools.cache

@@ -175,11 +175,14 @@ def test_silu_forms_match_float64_over_the_whole_range(fast, rsqrt):
 
 
 @needs_nvrtc_early
-@pytest.mark.parametrize("schedule,calls,mufu", [(PREFILL_TMA_CLUSTER, 64, None),
+@pytest.mark.parametrize("schedule,calls,mufu", [(replace(PREFILL_TMA_CLUSTER, rsqrt_silu=False),
+                                                  64, None),
+                                                 (PREFILL_TMA_CLUSTER, 0, None),
                                                  (RSQRT_FAST, 0, 128)],
-                         ids=["rule", "fast_rsqrt_silu"])
+                         ids=["divide", "rule", "fast_rsqrt_silu"])
 def test_rsqrt_silu_epilogue_is_branch_free_in_sass(schedule, calls, mufu):
-    """Why rsqrt_silu: the rule's gated epilogue divides with IEEE 1.0f / d, which ptxas
+    """Why rsqrt_silu (the rule's form since it became PREFILL_TMA_CLUSTER's): the gated
+    epilogue without it divides with IEEE 1.0f / d, which ptxas
     compiles to MUFU.RCP plus a range check branching to a slow-path CALL per element (64 per
     thread and unit, each inside its own BSSY/BSYNC, so the elements' MUFU latencies are paid
     one after another while no wgmma issues); with rsqrt_silu and fast_silu the epilogue has

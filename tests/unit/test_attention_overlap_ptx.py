@@ -10,11 +10,11 @@ the softmax, docs/perf/attention.md)."""
 from __future__ import annotations
 import os
 import re
-import shutil
 
 import pytest
 
 from argus.runtime import nvrtc_available
+from argus.runtime.sass import have_disassembler
 from tests.unit.test_wgmma_register_a_ptx import register_a_without_fresh_copy
 from tests.loading import load_script
 
@@ -87,13 +87,9 @@ def test_loop_order_reads_runs():
     assert loop_order(ptx) == ["rs", "w1", "e:2", "w0"]
 
 
-def _nvdisasm() -> str | None:
-    found = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
-    return found if found and os.path.exists(found) else None
-
-
 @needs_nvrtc
-@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm not found (NVDISASM= or PATH)")
+@pytest.mark.skipif(not have_disassembler(), reason="nvdisasm not found (NVDISASM=, PATH, "
+                    "CUDA or the nvidia-cuda-nvdisasm wheel)")
 @pytest.mark.parametrize("head_dim,causal", [(64, True), (128, False), (128, True),
                                              (256, False)])
 def test_sass_keeps_the_softmax_beside_p_v(head_dim, causal):
@@ -107,7 +103,7 @@ def test_sass_keeps_the_softmax_beside_p_v(head_dim, causal):
     old = os.environ.get("ARGUS_VERIFY")
     os.environ["ARGUS_VERIFY"] = "0"
     try:
-        head, *groups = tool.overlap_report(head_dim, causal, schedule, _nvdisasm())
+        head, *groups = tool.overlap_report(head_dim, causal, schedule)
     finally:
         if old is None:
             os.environ.pop("ARGUS_VERIFY", None)

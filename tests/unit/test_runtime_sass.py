@@ -111,3 +111,27 @@ def test_find_tool_takes_the_environment_override(monkeypatch, tmp_path):
     assert find_tool("nvdisasm") == str(fake)
     monkeypatch.setenv("NVDISASM", str(tmp_path / "missing"))   # not a file: the usual search
     assert find_tool("nvdisasm") != str(tmp_path / "missing")
+
+
+def test_find_tool_looks_in_nvidias_pip_wheels(monkeypatch, tmp_path):
+    """`pip install nvidia-cuda-nvdisasm` puts nvdisasm in site-packages/nvidia/cu13/bin, on
+    no PATH: find_tool finds it there after NVDISASM=, PATH and the CUDA roots, the newest
+    wheel folder first."""
+    import sys
+
+    from argus.runtime import toolkit
+
+    for folder in ("cu12", "cu13"):
+        tool = tmp_path / "nvidia" / folder / "bin" / "nvdisasm"
+        tool.parent.mkdir(parents=True)
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+    (tmp_path / "nvidia" / "cu13" / "include").mkdir()   # a wheel folder without bin/ too
+    monkeypatch.delenv("NVDISASM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(toolkit, "cuda_roots", lambda: [])
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    assert toolkit.find_tool("nvdisasm") == str(tmp_path / "nvidia" / "cu13" / "bin" / "nvdisasm")
+    assert toolkit.find_tool("cuobjdump") is None
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere")])
+    assert toolkit.find_tool("nvdisasm") is None

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -196,8 +195,10 @@ def test_lowering_copies_what_the_loop_does_not_change(monkeypatch):
 
 
 def _nvdisasm() -> str | None:
-    found = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
-    return found if found and os.path.exists(found) else None
+    """nvdisasm as argus.runtime.toolkit finds it (NVDISASM=, PATH, CUDA, the pip wheel)."""
+    from argus.runtime.toolkit import find_tool
+
+    return find_tool("nvdisasm")
 
 
 def _invariant(line: str) -> bool:
@@ -261,7 +262,7 @@ def _library_schedules():
 
 
 @needs_nvrtc
-@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm not found (NVDISASM= or PATH)")
+@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm not found (NVDISASM=, PATH, CUDA or the pip wheel)")
 @pytest.mark.parametrize("case", range(9))
 def test_library_attention_sass_keeps_register_a_live(tmp_path, monkeypatch, case):
     from argus import dtypes
