@@ -21,7 +21,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.types import TileType
-from argus.verify import promotion, solver
+from argus.verify import outflow, promotion, solver
 from argus.verify.wgmma_facts import (_acc_chain, _carried_across, _field_extent, _k_key,
                                       _minimize, _operands)
 from argus.verify import witness as W
@@ -122,8 +122,11 @@ def obligations(model: Model, site: WgmmaSite) -> list[Obligation]:
     for claim in claims:  # one query per field: each stays small
         obs.append(Obligation("wgmma.agree", op.loc, subject + f": {claim[0]}", base + defined,
                               [claim], decode, minimize=_minimize(site) + [m, n, kk]))
-    for name in _reduction_fields(model, site, k_fields):
+    names = _reduction_fields(model, site, k_fields)
+    for name in names:
         obs.extend(_k_once(model, site, name))
+    if names:
+        obs.extend(_read_mid_reduction(model, site))
     return obs
 
 
@@ -441,6 +444,101 @@ def _rescales_assigned_into(kernel, defs: dict, values: set[int]) -> set[int]:
         if len(full) == 1 and full[0].id in values:
             out.add(op.src.id)
     return out
+
+
+def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
+    """k-once counts the k a site multiplies into its accumulator; the count means something
+    only if what leaves the chain is its finished value. Inside a loop the accumulator sums
+    over (`_carried_across`), every value of its chain holds a partial product at every
+    iteration but the last, so an op there that reads one without continuing the chain (a
+    copy the epilogue stores, `prev = acc + 0` added back after the wgmma, a partial O fed
+    to anything) hands on a sum with the k of the iterations to come missing, or counts some
+    k again once it flows back. `_one_continuation` asks the same of the reads between the
+    sites of one chain, only where there are several (h311 review: a single site's loop, and
+    the late rescale's loop variable, which is the wgmma's own operand and so no value
+    `before` another site's, were never looked at). Refused here, whatever the read feeds
+    (a read whose result is dead is refused too: sound, and no library kernel has one).
+    A partial promoted into a sum (fp8 promotion, `acc = acc + part * s`): when promotion.py
+    takes the sum (`group_of`), its `_linear` refuses such reads of the sum; else the
+    per-site k-once counts the site over the loops of the variable it is promoted into, so
+    the same question is asked of that variable's chain (the promotion continues it)."""
+    loops = _reduction_loops(model, site)
+    if not loops:
+        return []
+    defs = model.value_defs()
+    # (the chain from its head, its values, the promotions' adds by result (IR names),
+    # whether it is the sum a partial is promoted into)
+    asks = []
+    if not site.op.overwrite:
+        chain = _acc_chain(defs, site.op.acc.id)
+        asks.append((chain, set(chain) | _rescales_assigned_into(model.kernel, defs,
+                                                                 set(chain)), set(), False))
+    promoted = _promoted_into(model, site.op.acc.id)
+    if promoted is not None and promotion.group_of(model, site) is None:
+        chain = _acc_chain(defs, promoted.result.id)
+        root = chain[-1]
+        # the sum's variables: the promoted one and the copies regions make of it
+        values = {root} | {op.result.id for op in model.kernel.walk() if isinstance(op, O.Var)
+                           and _acc_chain(defs, op.result.id)[-1] == root}
+        # the promotions: an add of one of them and something else, assigned back into one
+        adds = [defs.get(op.src.id) for op in model.kernel.walk()
+                if isinstance(op, O.Assign) and op.dst.id in values]
+        adds = {a.result.id for a in adds if isinstance(a, O.Elementwise) and a.fn == "add"
+                and sum(x.id in values for x in a.args) == 1}
+        asks.append((chain, values, adds, True))
+    for chain, values, promotions, promoted in asks:
+        for loop in loops:
+            if _carried_across(chain, loop.op, defs):
+                bad = _partial_read(loop.op, values, promotions)
+                if bad is not None:
+                    return [_partial_read_obligation(model, site, loop, bad, promoted)]
+                break   # the outermost loop it sums over: the nested ones' bodies are in it
+    return []
+
+
+def _partial_read(loop: O.For, values: set[int], promotions: set[int]):
+    """The first op in `loop`'s body that reads a value of the chain `values` without
+    continuing it, or None (`_read_mid_reduction`)."""
+    for op in loop.body.walk():
+        if isinstance(op, outflow._NO_DATA):
+            continue
+        reads = [v for v in op.operands() if v.id in values]
+        if not reads:
+            continue
+        if isinstance(op, O.Wgmma):
+            # accumulating into it in place continues the chain; an A or B operand does not
+            reads = [v for v in reads if v is not op.acc]
+        elif isinstance(op, O.Assign) and op.dst.id in values:
+            continue   # the loop-carried update, a rescale assigned back (`o = o * alpha`)
+        elif isinstance(op, (O.Var, O.Elementwise)) and \
+                any(x.id in values or x.id in promotions for x in op.results()):
+            continue   # a variable of the chain taking its initial value, the rescale
+        if reads:
+            return op
+    return None
+
+
+def _partial_read_obligation(model: Model, site: WgmmaSite, loop, bad,
+                             promoted: bool) -> Obligation:
+    op = site.op
+    what = (f"the sum the wgmma at {op.loc} is promoted into" if promoted else
+            f"the accumulator of the wgmma at {op.loc}")
+
+    def decode(zm, violated):
+        wit = W.context(model, zm, site.site)
+        wit["read_at"] = str(bad.loc)
+        return W.placed(f"{what} is read at {bad.loc} inside the loop at {loop.op.loc} it "
+                        f"sums over, by an op that does not continue its chain: that read "
+                        f"sees a partial product (the k of the iterations still to come are "
+                        f"missing), and what it computes leaves k dropped or counted twice "
+                        f"wherever it flows", wit), wit
+    return Obligation("wgmma.k-once", op.loc, f"k of wgmma at {op.loc}: the accumulator is "
+                      f"read only once its reduction is finished",
+                      list(model.premises) + site.site.constraints(),
+                      [("no read of a partial accumulator inside its reduction loop",
+                        z3.BoolVal(False))], decode,
+                      fix=f"read the accumulator after the loop at {loop.op.loc} (or fold the "
+                          f"op into the chain: a rescale `acc = acc * f` assigned back)")
 
 
 def _points_of(kernel, targets: list) -> set[tuple[int, ...]]:

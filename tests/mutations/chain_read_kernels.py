@@ -1,0 +1,72 @@
+"""Seeded bugs: the newest value of a wgmma accumulator read, inside its reduction loop, by
+an op that is not part of the accumulator's chain (tests/mutations/test_chain_head_reads.py).
+A read there sees a partial product: the k of the iterations still to come are missing from
+it. The ring GEMM (ring_gemm.py) with one consumer loop written out; each bug is the marked
+`# BUG:<name>` line(s)."""
+
+from __future__ import annotations
+
+import argus as ag
+from tests.mutations import ring_gemm as G
+
+BN = G.BN
+
+
+def make_gemm_chain_read(bug: str | None = None):
+    """C = A @ B^T, one 64-row accumulator per consumer warpgroup.
+    `snapshot`: the epilogue stores a copy of acc taken at the top of each K step (before
+    that step's wgmma): C misses the last K block. `twice`: the step's old acc (copied before
+    the wgmma) is added back after it: every earlier K block is counted again each step.
+    `store_mid`: the partial acc stored to C inside the loop, then again after it (C is
+    right at the end, but written by every step: a store the output sees mid-reduction)."""
+
+    @ag.kernel(name="gemm_chain_read")
+    def gemm_chain_read(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                        C: ag.Tensor["M", "N", ag.bf16]):
+        r = G.ring_gemm(A, B, 2)
+        G.produce(r, A, B)
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            snap = ag.zeros((64, BN), ag.f32)
+            for k in ag.range(r.k_tiles):
+                with r.ring.consume() as st:
+                    if bug == "snapshot":
+                        snap = acc + 0.0  # BUG:snapshot
+                    if bug == "twice":
+                        prev = acc + 0.0  # BUG:twice
+                    acc = ag.wgmma(r.sA[st].rows_of(wg * 64, 64), r.sB[st], acc)
+                    if bug == "twice":
+                        acc = acc + prev  # BUG:twice
+                    if bug == "store_mid":
+                        ag.store(C, (r.pid_m * G.BM + wg * 64, r.pid_n * BN),  # BUG:store_mid
+                                 acc.to(ag.bf16))  # BUG:store_mid
+            out = snap if bug == "snapshot" else acc
+            ag.store(C, (r.pid_m * G.BM + wg * 64, r.pid_n * BN), out.to(ag.bf16))
+
+    return gemm_chain_read
+
+
+def make_promoted_chain_read(bug: str | None = None):
+    """fp8 promotion's shape (gemm_fp8.py's serial promoted loop, tests/fp8_k_loops.py's
+    skeleton): each K block overwrites a partial that is added into the fp32 sum. `snapshot`:
+    the tile stored is a copy of the sum taken before the block's promotion (the last block
+    never reaches C); `twice`: the sum before the promotion added back after it."""
+    from tests.fp8_k_loops import k_loop_kernel
+
+    def k_loop(ring, k_steps, wg):
+        acc = ag.zeros((64, BN), ag.f32)
+        part = ag.zeros((64, BN), ag.f32)
+        snap = ag.zeros((64, BN), ag.f32)
+        for k in ag.range(k_steps):
+            with ring.pipe.consume() as stage:
+                ag.wgmma(ring.a[stage].rows_of(wg * 64, 64), ring.b[stage].rows_of(0, BN),
+                         part, trans_b=False, overwrite=True)
+            if bug == "snapshot":
+                snap = acc + 0.0  # BUG:snapshot
+            prev = acc + 0.0 if bug == "twice" else None  # BUG:twice
+            acc = acc + part * 0.5
+            if bug == "twice":
+                acc = acc + prev  # BUG:twice
+        return snap if bug == "snapshot" else acc
+
+    return k_loop_kernel(f"promoted_chain_read_{bug or 'clean'}", k_loop)
