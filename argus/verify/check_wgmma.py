@@ -486,12 +486,12 @@ def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
         adds = {a.result.id for a in adds if isinstance(a, O.Elementwise) and a.fn == "add"
                 and sum(x.id in values for x in a.args) == 1}
         asks.append((chain, values, adds, True))
-    for chain, values, promotions, promoted in asks:
+    for chain, values, promotions, is_sum in asks:
         for loop in loops:
             if _carried_across(chain, loop.op, defs):
                 bad = _partial_read(loop.op, values, promotions)
                 if bad is not None:
-                    return [_partial_read_obligation(model, site, loop, bad, promoted)]
+                    return [_partial_read_obligation(model, site, loop, bad, is_sum)]
                 break   # the outermost loop it sums over: the nested ones' bodies are in it
     return []
 
@@ -519,9 +519,10 @@ def _partial_read(loop: O.For, values: set[int], promotions: set[int]):
 
 
 def _partial_read_obligation(model: Model, site: WgmmaSite, loop, bad,
-                             promoted: bool) -> Obligation:
+                             is_sum: bool) -> Obligation:
+    """The violated k-once of `_read_mid_reduction`: `bad` reads the chain in `loop`."""
     op = site.op
-    what = (f"the sum the wgmma at {op.loc} is promoted into" if promoted else
+    what = (f"the sum the wgmma at {op.loc} is promoted into" if is_sum else
             f"the accumulator of the wgmma at {op.loc}")
 
     def decode(zm, violated):
