@@ -242,8 +242,15 @@ def test_accumulator_read_at_the_loop_top_waits_for_the_previous_step():
     step = next(op for op in body if isinstance(op, O.Consume))
     assert [op.pending for op in step.body.ops if isinstance(op, O.WgmmaWait)] == [1]
     report = verify.run(k, include_proven=True)
-    assert all(f.status == "proven" for f in report.findings), \
-        [f for f in report.findings if f.status != "proven"]
+    # the store reads the running accumulator inside its K loop: a partial product, which
+    # wgmma.k-once refuses since h316 (check_wgmma._read_mid_reduction; this fixture means
+    # the prefix products, the verifier cannot tell them from a partial O reaching the
+    # output); every other finding, sync.acc's included, is proven as before
+    partial = [f for f in report.findings if f.code == "wgmma.k-once"
+               and "read only once its reduction is finished" in f.subject]
+    assert [f.status for f in partial] == ["violated"], partial
+    assert all(f.status == "proven" for f in report.findings if f not in partial), \
+        [f for f in report.findings if f.status != "proven" and f not in partial]
     assert any(f.code == "sync.acc" and f.loc == body[store].loc for f in report.findings)
     # the seeded bug: without that wait the store is reported (only the back edge shows it)
     k2, rest = _drop(k, lambda op: isinstance(op, O.WgmmaWait) and op.pending == 0)
