@@ -350,8 +350,11 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     ordered + fa3_overlap, Q in shared memory; own_blocks off as for the bf16 token),
     "nopp" (no turns), "olate" (rescale_after_pv: O rescaled after P V retires, on the
     overlap order without the turns; "ppfa3" always takes it; the default at every head dim
-    since 2026-12-07) and "oearly" (rescale_after_pv off: O rescaled at P V's issue, the
-    default before that)."""
+    since 2026-12-07), "oearly" (rescale_after_pv off: O rescaled at P V's issue, the
+    default before that) and "packp" (packed_p, h313: P_{j-1} carried across the overlap
+    loop's back edge as e4m3 words, four a register, block_n / 8 a thread instead of
+    block_n / 2 fp32; what lets "bn192" / "bn224" / "bn256" fit at head dim 128, e.g.
+    "pvt+packp+bn192")."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -383,6 +386,8 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["rescale_after_pv"] = True
         elif part == "oearly":
             fields["rescale_after_pv"] = False
+        elif part == "packp":   # P carried as packed e4m3 across the overlap loop's back edge
+            fields["packed_p"] = True
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
     return dataclasses.replace(fp8_schedule(head_dim, causal), **fields)
@@ -883,9 +888,8 @@ def main() -> int:
     parser.add_argument("--fp8", default="",
                         help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
                              "these fp8 variants, comma-separated (default, fold, plain, tma, "
-                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate, oearly or '+' joins; "
-                             "fp8_variant_schedule), beside cuDNN "
-                             "bf16")
+                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate, oearly, packp or "
+                             "'+' joins; fp8_variant_schedule), beside cuDNN bf16")
     parser.add_argument("--hide-host", action="store_true",
                         help="queue each timed prefill call behind a ~0.5 ms GPU sleep "
                              "(measure's setup): device time only, the calls' host work "

@@ -84,9 +84,11 @@ class TileType:
     and the (thread, register) -> element map are argus.target.register_layouts.build.
 
     `packed`: a bf16/f16 tile whose registers 2w and 2w + 1 are stored in one 32-bit word w
-    (low half first), the form wgmma's register A fragment reads; otherwise each element has
-    a float register of its own. lower/packed.py decides it (for a loop-carried A fragment,
-    whose float form costs twice the registers across the back edge); the layout, and so the
+    (low half first), the form wgmma's register A fragment reads, or an e4m3 one stored four
+    a word in the 8-bit A fragment's order (word 4kk + r: target/fragments.py
+    AccToA8.word(kk, r)); otherwise each element has a float register of its own.
+    lower/packed.py decides it (for a loop-carried A fragment, whose float form costs two or
+    four times the registers across the back edge); the layout, and so the
     (thread, register) -> element map, is the same either way.
     """
 

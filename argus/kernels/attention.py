@@ -43,11 +43,12 @@ persistent walk, the epilogues) the way FlashAttention-3 structures its forward
   softmax (S_j retired, P V not) and `wgmma.wait 0` at the V step's end, and keeps P_{j-1}'s
   packed A registers alive until then (fence.operands); that wait is pinned, so ptxas keeps
   the exp2 before it in the SASS too. P_{j-1} (fp32, packed into the A fragment at the issue)
-  is the loop-carried value; with `packed_p` it is the packed bf16 fragment itself
-  (lower/packed.py: half the registers, what FA3's wider key blocks need). Proven like the
-  plain loop: its synchronization (sync.*), and P's key tags across the back edge (the
-  verifier's loop model takes the carried P at iteration j as the body's P of iteration
-  j - 1, verify/transfer/control.py), the peeled last P V counted with the loop's;
+  is the loop-carried value; with `packed_p` it is the packed bf16 (FP8: e4m3) fragment
+  itself (lower/packed.py: a half (a quarter) of the registers, what FA3's wider key blocks
+  need). Proven like the plain loop: its synchronization (sync.*), and P's key tags across
+  the back edge (the verifier's loop model takes the carried P at iteration j as the body's
+  P of iteration j - 1, verify/transfer/control.py), the peeled last P V counted with the
+  loop's;
 * O /= l at the end (rows that saw no key are zeros), stored from registers or by stmatrix +
   TMA store; optionally LSE = ln(sum_j exp(scale * s_j)) per row (-inf for rows without keys).
 
@@ -260,7 +261,12 @@ class AttentionSchedule:
     # consumers: fp32 P spills 776 B at block_n 176, packed P none since h302 packs P_j
     # after P V's wait, 120 B before; hd256 128 x 80 spills 60 B with fp32 P and none packed,
     # docs/perf/attention.md, h295 / h302). The softmax's exp2 stays between P V's issue and
-    # its wait in the SASS. Not the default until measured on a GPU
+    # its wait in the SASS. The FP8 kernel (h313) carries P as e4m3 words, four a register
+    # in the order the 8-bit A fragment reads them (lower/packed.py): block_n / 8 registers
+    # against block_n / 2 fp32, rounded once after the softmax and handed to P V's wgmma as
+    # they are (with a permuted V^T; the natural order still gathers each word from two quad
+    # lanes at the issue), which is what FA3's 128 x 224 FP8 tile needs at head dim 128.
+    # Not the default until measured on a GPU
     packed_p: bool = False
     # fa3_overlap only: O is rescaled by alpha_j (the softmax of S_j) after the V step's end
     # retired P_{j-1} V_{j-1}, and the next P V accumulates onto it unscaled (o + P V) instead
@@ -448,14 +454,15 @@ class AttentionSchedule:
         problems = []
         if self.fa3_overlap and self.ctas_per_sm == 1 and head_dim in HEAD_DIMS:
             # the fa3 loop carries P_{j-1} across the back edge beside O and S_j: fp32 (block_n
-            # / 2 registers) or, with packed_p and a 16-bit P, the packed A fragment (block_n /
-            # 4); problems_for's estimate counts it packed. NVRTC 13.0 (docs/perf/attention.md,
-            # h295's spill table) builds these three tiles clean up to consumer_regs -
-            # FA3_CARRY_SLACK registers and spills past it (240: 196 clean, 208 spills; 160:
-            # 104 clean, 128 spills): the loop's scalars (addresses, counters, the rows' max
-            # and sum) take the rest. Two CTAs an SM compile at the entry count (problems_for)
-            packed = self.packed_p and dtype.bits == 16
-            p_carried = self.block_n // (4 if packed else 2)
+            # / 2 registers) or, with packed_p, the packed A fragment (block_n / 4 bf16 words,
+            # block_n / 8 e4m3); problems_for's estimate counts it packed. NVRTC 13.0
+            # (docs/perf/attention.md, h295's spill table) builds these three tiles clean up
+            # to consumer_regs - FA3_CARRY_SLACK registers and spills past it (240: 196 clean,
+            # 208 spills; 160: 104 clean, 128 spills): the loop's scalars (addresses,
+            # counters, the rows' max and sum) take the rest. Two CTAs an SM compile at the
+            # entry count (problems_for)
+            packed = self.packed_p
+            p_carried = self.block_n * dtype.bytes // 8 if packed else self.block_n // 2
             carried = head_dim // 2 + self.block_n // 2 + p_carried
             if carried > self.consumer_regs - FA3_CARRY_SLACK:
                 problems.append(f"fa3_overlap carries O ({head_dim // 2}), S "
@@ -464,7 +471,7 @@ class AttentionSchedule:
                                 + f") registers per thread: {carried} spill in consumer_regs="
                                   f"{self.consumer_regs} (the loop's scalars need "
                                   f"{FA3_CARRY_SLACK} more): use a smaller block_n"
-                                + ("" if self.packed_p or dtype.bits != 16
+                                + ("" if self.packed_p
                                    else " or packed_p=True (P carried packed)"))
         return problems
 
@@ -483,9 +490,6 @@ class AttentionSchedule:
                             "which the FP8 kernel does not gather into the 8-bit A fragment: "
                             "add fa3_overlap=True (the turns around S and P V, Q in shared "
                             "memory) or use the plain loop")
-        if self.packed_p:
-            problems.append("packed_p=True carries P as a 16-bit A fragment; the FP8 kernel's "
-                            "P is e4m3, gathered from fp32 at the issue: leave packed_p out")
         return problems
 
 
@@ -1127,10 +1131,10 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                             o = pv(p, vs, o, alpha)
                 else:
                     # the fa3 loop carries P_{j-1} across the back edge in fp32, packed into
-                    # the A fragment at the issue, or (packed_p) in P V's 16-bit A dtype,
-                    # which lower/packed.py stores as the fragment's words (half the
-                    # registers; without that pass a bf16 tile took a float register an
-                    # element, no fewer than fp32)
+                    # the A fragment at the issue, or (packed_p) in P V's A dtype (bf16 / f16,
+                    # or FP8's e4m3), which lower/packed.py stores as the fragment's words
+                    # (a half or a quarter of the registers; without that pass a bf16 tile
+                    # took a float register an element, no fewer than fp32)
                     carry = (lambda t: t.to(dt)) if s.packed_p else (lambda t: t)
                     # rescale_late: O is rescaled after each P V retires (in the loop), so
                     # every P V of the fa3 loop is issued unscaled; block 0's alpha (exp2 of a

@@ -1,7 +1,7 @@
 """Lowering: one pass per file, each Kernel -> Kernel, filling in the decisions codegen renders
 (and the verifier proves): TMA boxes, wgmma descriptors, the mbarrier protocol, scale-d
 accumulator zeroing, the shared memory plan, the role/register plan, where a promotion's carried
-update runs (carried.py), which carried 16-bit A fragments are stored packed (packed.py),
+update runs (carried.py), which carried A fragments are stored packed (packed.py),
 every synchronization op
 (sync.py) and, last, which threads of a role issue its work (elect.py)."""
 

@@ -1,4 +1,5 @@
-"""Pass: store a loop-carried 16-bit wgmma A fragment packed, two elements a 32-bit register.
+"""Pass: store a loop-carried wgmma A fragment packed: two bf16/f16 or four e4m3 elements a
+32-bit register.
 
 A register tile keeps one float register per element whatever its dtype (bf16/f16 values are
 rounded floats, codegen/cuda/emit.tile_c); the register A operand of a wgmma is packed into
@@ -11,14 +12,20 @@ float registers a thread against block_n / 4 packed (FA3 carries the packed frag
 
 Rule: the values joined by `var` (its init) and `assign` (dst and src) form a web. A web is
 packed (TileType.packed on every value of it) when it holds a `var` (something is carried),
-every value is a tile of one 16-bit dtype (bf16 or f16: words are copied, not converted) in
-the wgmma accumulator layout (registers 2w and 2w + 1 are adjacent columns of one row:
-together one word of the A fragment, target/fragments.py wgmma_a_coord), every value is made
-by a `var` or a `convert` (the rounding happens where the pair is packed), and every use is a
-`var` init, an `assign`, or the register A operand of a wgmma. A web with any other use
-(elementwise math, a store, a slice) stays in float registers: its readers take elements.
-Only the representation changes, not a value: the interpreter and the verifier read the same
-program.
+every value is a tile of one packable dtype (bf16, f16 or e4m3: words are copied, not
+converted) in the wgmma accumulator layout, every value is made by a `var` or a `convert`
+(the rounding happens where the word is packed), and every use is a `var` init, an `assign`,
+the register A operand of a wgmma, or a column window (`slice`) at whole k steps of the
+fragment (32 bytes of columns: 16 bf16, 32 e4m3) read only as a wgmma's register A. Such a
+window is packed too: a view of the web's words (FP8 attention at block_n 256 issues P V in
+two 128-key halves). A web with any other use (elementwise math, a store, another slice)
+stays in float registers: its readers take elements. The word layout: bf16/f16 registers 2w
+and 2w + 1 (adjacent columns of one row: one word of the A fragment, target/fragments.py
+wgmma_a_coord); e4m3 word 4kk + r holds the four registers A register r of k32 step kk
+packs (AccToA8.word, byte 0 first: the shuffle-free AccOrderA8 reads it as is, AccToA8
+gathers it from two quad lanes). FP8 attention carries P_{j-1} as e4m3 (block_n / 8 words a
+thread, against block_n / 2 fp32 registers). Only the representation changes, not a value:
+the interpreter and the verifier read the same program.
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ from argus.ir import ops as O
 from argus.ir.core import Kernel, Value, map_kernel_values
 from argus.ir.types import TileType
 
-PACKABLE = ("bf16", "f16")
+PACKABLE = ("bf16", "f16", "e4m3")
 A_FRAGMENT_LAYOUT = "wgmma_acc"
+K_STEP_BYTES = 32   # one wgmma k step of A: k16 of 16-bit, k32 of 8-bit elements
 
 
 def _webs(ops) -> list[set[int]]:
@@ -54,16 +62,30 @@ def _webs(ops) -> list[set[int]]:
     return list(webs.values())
 
 
-def _allowed_use(op: O.Op, v: Value) -> bool:
-    """`op` reads `v` in a way a packed tile serves: carried on, or read as a wgmma's A."""
+def _a_operand(op: O.Op, v: Value) -> bool:
+    """`op` is a wgmma reading `v` as its register A (and nothing else)."""
+    return isinstance(op, O.Wgmma) and op.a.id == v.id and op.a_in_registers \
+        and op.acc.id != v.id and op.b.id != v.id
+
+
+def _word_view(op: O.Op, users: dict[int, list[O.Op]]) -> bool:
+    """`op` is a column window of whole k steps of an A fragment, read only as a wgmma's A."""
+    if not isinstance(op, O.TileSlice) or op.axis != 1:
+        return False
+    t = op.result.type
+    cols = K_STEP_BYTES // t.dtype.bytes
+    return op.start % cols == 0 and t.shape[1] % cols == 0 and \
+        all(_a_operand(u, op.result) for u in users.get(op.result.id, []))
+
+
+def _allowed_use(op: O.Op, v: Value, users: dict[int, list[O.Op]]) -> bool:
+    """`op` reads `v` in a way a packed tile serves: carried on, read as a wgmma's A, or
+    viewed at whole k steps for one."""
     if isinstance(op, O.Var):
         return op.init.id == v.id
     if isinstance(op, O.Assign):
         return True
-    if isinstance(op, O.Wgmma):
-        return op.a.id == v.id and op.a_in_registers and op.acc.id != v.id \
-            and op.b.id != v.id
-    return False
+    return _a_operand(op, v) or _word_view(op, users)
 
 
 def packed_values(kernel: Kernel) -> set[int]:
@@ -71,10 +93,14 @@ def packed_values(kernel: Kernel) -> set[int]:
     ops = list(kernel.walk())
     defs = {r.id: op for op in ops for r in op.results()}
     types = {r.id: r.type for op in ops for r in op.results()}
+    users: dict[int, list[O.Op]] = {}
+    for op in ops:
+        for v in op.operands():
+            users.setdefault(v.id, []).append(op)
     bad: set[int] = set()
     for op in ops:
         for v in op.operands():
-            if isinstance(v.type, TileType) and not _allowed_use(op, v):
+            if isinstance(v.type, TileType) and not _allowed_use(op, v, users):
                 bad.add(v.id)
     out: set[int] = set()
     for web in _webs(ops):
@@ -87,6 +113,9 @@ def packed_values(kernel: Kernel) -> set[int]:
             # one dtype: var / assign copy words, so an f16 value assigned to a bf16 variable
             # (the IR checks do not refuse it) would be its f16 bits read as bf16
             out |= web
+    # the word views of packed webs (their A readers take the words)
+    out |= {op.result.id for op in ops if isinstance(op, O.TileSlice) and op.src.id in out
+            and _word_view(op, users)}
     return out
 
 

@@ -30,3 +30,24 @@ def test_packed_p_against_float64(variant, head_dim, causal, shape):
     assert schedule.packed_p and schedule.fa3_overlap
     B, H, HKV, S, SK = shape
     assert_close(*run(B, H, HKV, S, SK, head_dim, causal, schedule, seed=S + SK + causal))
+
+
+# FP8 (h313): P carried as e4m3 words, on a permuted V^T (the words are P V's A registers) and
+# on the natural one (each word gathered from two quad lanes at the issue); several KV blocks
+# a tile, so P crosses the back edge
+FP8_CASES = [("pvt+packp", 128, True, (1, 2, 1, 300, 400), True),
+             ("pvt+packp", 128, False, (2, 2, 2, 200, 260), True),
+             ("packp", 128, True, (1, 2, 1, 200, 330), False)]
+
+
+@pytest.mark.parametrize("variant,head_dim,causal,shape,permuted", FP8_CASES,
+                         ids=[f"fp8-{c[0]}-d{c[1]}-{'causal' if c[2] else 'full'}-"
+                              f"{'pvt' if c[4] else 'shfl'}" for c in FP8_CASES])
+def test_fp8_packed_p_against_float64(variant, head_dim, causal, shape, permuted,
+                                      monkeypatch):
+    from tests.interp.test_attention_fp8_interp import check_schedule
+
+    schedule = dataclasses.replace(BENCH.fp8_variant_schedule(variant, head_dim, causal),
+                                   num_sms=3)
+    assert schedule.packed_p and schedule.fa3_overlap
+    check_schedule(schedule, shape, head_dim, causal, permuted, monkeypatch)

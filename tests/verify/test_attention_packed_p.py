@@ -8,6 +8,8 @@ program: the verifier reads the same ops (P's convert now sits before the back e
 seeded V-one-block-ahead bug is caught with P packed too
 (tests/mutations/test_attention_fa3_carry.py)."""
 
+import dataclasses
+
 import pytest
 
 import argus as ag
@@ -37,3 +39,20 @@ def test_packed_p_verifies_clean(variant, head_dim, causal, seq_len):
     assert s.packed_p and s.problems_for(head_dim) == []
     kernel = lower_only(attention_kernel(head_dim, ag.bf16, causal, False), s=s)
     _assert_clean(verify.run(kernel), s.epilogue, head_dim)
+
+
+FP8_CASES = [("pvt+packp", False), ("pvt+packp", True), ("packp", False), ("packp", True)]
+
+
+@pytest.mark.parametrize("variant,causal", FP8_CASES,
+                         ids=[f"fp8-{v}-{'causal' if c else 'full'}" for v, c in FP8_CASES])
+def test_fp8_packed_p_verifies_clean(variant, causal):
+    """h313: the FP8 kernel's P carried as e4m3 words verifies clean, with the findings of
+    the same schedule unpacked (none: tests/unit/test_attention_fp8_build.py)."""
+    s = BENCH.fp8_variant_schedule(variant, 128, causal)
+    assert s.packed_p and s.problems_for(128, ag.e4m3) == []
+    kernel = attention_kernel(128, ag.e4m3, causal, False, s.permuted_vt)
+    report = verify.run(lower_only(kernel, s=s))
+    _assert_clean(report, s.epilogue, 128)
+    unpacked = verify.run(lower_only(kernel, s=dataclasses.replace(s, packed_p=False)))
+    assert [str(d) for d in report.diagnostics] == [str(d) for d in unpacked.diagnostics]

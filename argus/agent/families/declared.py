@@ -227,7 +227,7 @@ ATTENTION = dict(
                           "next unit's Q tile into L2 (kernels/attention.py "
                           "AttentionSchedule.prefetch_next_q)"),
     packed_p=legal((False, True), rule="FA3's overlap order carries P_{j-1} as the packed "
-                   "16-bit A fragment instead of fp32 (kernels/attention.py "
+                   "A fragment (bf16 pairs, FP8 e4m3 words) instead of fp32 (kernels/attention.py "
                    "AttentionSchedule.packed_p; problems_for counts the carried form)"),
     rescale_after_pv=legal((False, True), rule="FA3's overlap order rescales O after P V "
                            "retires (wgmma wait 0) and issues the next P V unscaled, instead "

@@ -22,6 +22,7 @@ from argus.ir import tag_ops
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import strip_tags
 from argus.ir.types import ScalarType, TensorType, TileType
+from argus.target.fragments import ACC_TO_A8
 
 HEADER = "argus_sm90.cuh"
 
@@ -185,7 +186,22 @@ class TileInfo:
     dtype: object
     virtual: object = None  # reg index -> C expression, when inlined
     name: str = ""
-    packed: bool = False    # stored as 32-bit words of two elements (TileType.packed)
+    packed: bool = False    # stored as 32-bit words of 2 (16-bit) or 4 (e4m3) elements
+    # a packed view (a column slice at a k-step boundary, lower/packed.py): its word w is
+    # word word_base + w of the tile `name`
+    word_base: int = 0
+
+
+def per_word(dtype) -> int:
+    """Elements a 32-bit word of a packed tile holds (TileType.packed): 2 bf16/f16, 4 e4m3."""
+    return 32 // dtype.bits
+
+
+def a8_word_regs(w: int) -> tuple[int, int, int, int]:
+    """The accumulator-pattern registers packed into word w of a packed e4m3 tile, byte 0
+    first: A register w % 4 of k32 step w // 4 (target/fragments.py AccToA8.word: the same
+    four for the shuffle-free plan, AccOrderA8)."""
+    return ACC_TO_A8.word(w // 4, w % 4)
 
 
 def unpack_c(word: str, half: int, dtype) -> str:
@@ -272,7 +288,13 @@ class _Emitter(metaclass=_RuleNames):
         if info.virtual is not None:
             return info.virtual(index)
         if info.packed:
-            return unpack_c(f"{info.name}[{index // 2}]", index % 2, info.dtype)
+            if per_word(info.dtype) != 2:
+                # lower/packed.py packs an e4m3 web only when every reader takes words
+                raise CompileError(f"codegen: an element of the packed e4m3 tile {v} is read; "
+                                   f"it is stored as A-fragment words", fix="only "
+                                   "lower/packed.py marks tiles packed, for word readers")
+            return unpack_c(f"{info.name}[{info.word_base + index // 2}]", index % 2,
+                            info.dtype)
         return f"{info.name}[{index}]"
 
     def packed_words(self, v: Value, layout) -> list[str]:
@@ -283,11 +305,19 @@ class _Emitter(metaclass=_RuleNames):
             raise CompileError(f"codegen: the packed tile {v} is read in layout {layout}, not "
                                f"its own {info.layout} (lower/packed.py packs only tiles of one "
                                f"layout)")
-        n = layout.nregs // 2
+        n = layout.nregs // per_word(info.dtype)
         if info.packed and info.virtual is None:
-            return [f"{info.name}[{w}]" for w in range(n)]
-        return [pack_c(self.reg_expr(v, 2 * w), self.reg_expr(v, 2 * w + 1), info.dtype)
-                for w in range(n)]
+            return [f"{info.name}[{info.word_base + w}]" for w in range(n)]
+        return [self.pack_word(lambda i: self.reg_expr(v, i), w, info.dtype) for w in range(n)]
+
+    @staticmethod
+    def pack_word(expr: Callable[[int], str], w: int, dtype) -> str:
+        """Word w of a packed tile whose register i is the float expression expr(i): registers
+        2w, 2w + 1 (bf16/f16), or the four A-fragment registers a8_word_regs(w) (e4m3)."""
+        if per_word(dtype) == 2:
+            return pack_c(expr(2 * w), expr(2 * w + 1), dtype)
+        vals = ", ".join(strip_round(expr(i), dtype) for i in a8_word_regs(w))
+        return f"ag::pack_e4m3x4({vals})"
 
     def layout(self, t: TileType, loc) -> Lay:
         return layout_of(t, self.group_threads, loc, self.acc_names)
@@ -302,11 +332,12 @@ class _Emitter(metaclass=_RuleNames):
         info = TileInfo(self.layout(t, loc), t.dtype, name=f"t{v.id}", packed=t.packed)
         self.tiles[v.id] = info
         if t.packed:
-            if t.dtype.name not in ("bf16", "f16") or info.layout.nregs % 2:
-                raise CompileError(f"codegen: {v} is marked packed but is not a bf16/f16 tile "
-                                   f"of an even register count", loc,
+            if t.dtype.name not in ("bf16", "f16", "e4m3") or \
+                    info.layout.nregs % per_word(t.dtype):
+                raise CompileError(f"codegen: {v} is marked packed but is not a bf16/f16 "
+                                   f"(e4m3) tile of a register count divisible by 2 (4)", loc,
                                    fix="only lower/packed.py marks tiles packed")
-            self.emit(f"ag::uint32_t {info.name}[{info.layout.nregs // 2}];")
+            self.emit(f"ag::uint32_t {info.name}[{info.layout.nregs // per_word(t.dtype)}];")
             return info
         self.emit(f"{tile_c(t.dtype)} {info.name}[{info.layout.nregs}];")
         return info

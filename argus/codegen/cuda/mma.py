@@ -14,7 +14,7 @@ from argus.codegen.cuda.sync import fence_operands, wgmma_fence, wgmma_wait
 from argus.codegen.wgmma import WgmmaSpec
 from argus.errors import CompileError
 from argus.ir import ops as O
-from argus.target.fragments import ACC_ORDER_A8, ACC_ORDER_A32, ACC_TO_A8
+from argus.target.fragments import ACC_ORDER_A32, ACC_TO_A8
 
 
 @group_rule(O.WgmmaFence)
@@ -150,15 +150,16 @@ def _pack_a8(em: _Emitter, op: O.Wgmma, ra: str, k_steps: int) -> None:
     (SOURCE_LANE, SELECT_UPPER), which its check() proves. A wgmma with a_acc_order reads A
     in the accumulator's own order instead (AccOrderA8): four own registers packed per A
     register, nothing else."""
-    dt = op.a.type.dtype
+    # word 4kk + r packs the registers both plans start from (ACC_ORDER_A8.word(kk, r) ==
+    # ACC_TO_A8.word(kk, r), emit.a8_word_regs): a packed tile's own word (lower/packed.py,
+    # P carried across the fa3 loop's back edge), else the four registers packed here
+    words = em.packed_words(op.a, em.tiles[op.a.id].layout)
     if op.a_acc_order:
         # AccOrderA8: each A register is four of the thread's own accumulator registers
         # (B's k rows are in the same order, O.Wgmma.a_acc_order): no shuffle, no byte_perm
         for kk in range(k_steps):
             for r in range(4):
-                vals = ", ".join(strip_round(em.reg_expr(op.a, i), dt)
-                                 for i in ACC_ORDER_A8.word(kk, r))
-                em.emit(f"{ra}[{kk}][{r}] = ag::pack_e4m3x4({vals});")
+                em.emit(f"{ra}[{kk}][{r}] = {words[4 * kk + r]};")
         return
     plan = ACC_TO_A8
     em.emit(f"const int a8_src = {plan.SOURCE_LANE};")
@@ -166,8 +167,7 @@ def _pack_a8(em: _Emitter, op: O.Wgmma, ra: str, k_steps: int) -> None:
             f"{plan.SELECT[0]:#x}u;")
     for kk in range(k_steps):
         for r in range(4):
-            vals = ", ".join(strip_round(em.reg_expr(op.a, i), dt) for i in plan.word(kk, r))
-            em.emit(f"{ra}[{kk}][{r}] = ag::quad_gather_b16x2(ag::pack_e4m3x4({vals}), a8_src, "
+            em.emit(f"{ra}[{kk}][{r}] = ag::quad_gather_b16x2({words[4 * kk + r]}, a8_src, "
                     f"a8_sel);")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from argus.codegen.cuda.emit import (TileInfo, _Emitter, c_float, literal_c, pack_c, rule,
+from argus.codegen.cuda.emit import (TileInfo, _Emitter, c_float, literal_c, per_word, rule,
                                       tile_c)
 from argus.codegen.cuda.layouts import broadcast_map
 from argus.codegen.cuda.reduce import check_scratch
@@ -180,9 +180,9 @@ def _define_pointwise(em: _Emitter, op, lay, expr) -> None:
         em.tiles[op.result.id] = TileInfo(lay, op.result.type.dtype, virtual=expr)
         return
     info = em.declare_tile(op.result, op.loc)
-    if info.packed:   # a convert of a carried A fragment (lower/packed.py): pairs packed
-        for w in range(lay.nregs // 2):
-            em.emit(f"{info.name}[{w}] = {pack_c(expr(2 * w), expr(2 * w + 1), info.dtype)};")
+    if info.packed:   # a convert of a carried A fragment (lower/packed.py): words packed
+        for w in range(lay.nregs // per_word(info.dtype)):
+            em.emit(f"{info.name}[{w}] = {em.pack_word(expr, w, info.dtype)};")
         return
     for i in range(lay.nregs):
         em.emit(f"{info.name}[{i}] = {expr(i)};")
@@ -207,9 +207,28 @@ def tile_slice(em: _Emitter, op: O.TileSlice) -> None:
                            fix="slice accumulators along columns at multiples of 8, "
                                "blocked tiles along leading dims")
 
+    if op.result.type.packed and src.packed and src.virtual is None:
+        # a view of a packed A fragment at a k-step boundary (lower/packed.py): its words are
+        # the source's from the window's first register on (the register order of both is
+        # the accumulator pattern's, columns in chunks of 8 a thread holds 2 of each)
+        first = regs[0] if regs else 0
+        if regs != list(range(first, first + len(regs))) or first % (4 * per_word(src.dtype)):
+            raise CompileError(f"codegen: the packed view {op.result} is not a run of whole "
+                               f"k steps of {op.src}'s A fragment words", op.loc,
+                               fix="lower/packed.py views slices at multiples of 32 bytes "
+                                   "of columns only")
+        em.tiles[op.result.id] = TileInfo(lay, src.dtype, name=src.name, packed=True,
+                                          word_base=src.word_base
+                                          + first // per_word(src.dtype))
+        return
+
     def expr(i: int, v=op.src, regs=tuple(regs)) -> str:
         return em.reg_expr(v, regs[i])
 
+    if op.result.type.packed:
+        # a window of a packed tile held as elements (an inlined convert): its readers pack
+        em.tiles[op.result.id] = TileInfo(lay, op.result.type.dtype, virtual=expr)
+        return
     _define_pointwise(em, op, lay, expr)
 
 
