@@ -93,12 +93,22 @@ ROWS = 64  # query rows per consumer warpgroup: one wgmma M
 # the sum of the same scaled P, so O / l cancels the factor; the LSE takes it out (P_BIAS ln 2)
 P_BIAS = -8.0
 P_SCALE = 2.0 ** -P_BIAS
-FP8_BLOCK_N = (64, 128, 256)
+# FP8 key blocks: V^T's stage holds block_n / fp8_vt_atom(block_n) column atoms of one swizzle
+# span each (64: one 64-byte atom; 128, 256: one, two 128-byte atoms; 192: three 64-byte
+# atoms; 224: seven 32-byte atoms, FA3's FP8 tile at head dim 128, hopper/tile_size.h). 192
+# and up fit two 240-register consumer warpgroups at head dim 128 with P carried packed only
+# (packed_p: spill_problems, docs/perf/attention.md h313)
+FP8_BLOCK_N = (64, 128, 192, 224, 256)
 # registers a consumer thread of the fa3 loop needs beyond O, S and the carried P (its
 # scalars), from NVRTC 13.0's spills (docs/perf/attention.md, h295 and h302): clean at 196
 # carried in 240 (128 x 176, P packed after P V's wait since h302) and 104 in 160, spilling at
 # 208 in 240 (fp32 P at 128 x 144; packed 128 x 192 causal) and 128 in 160
 FA3_CARRY_SLACK = 44
+# the same for the FP8 kernel (NVRTC 13.0, two 240-register consumers, h313): clean at 224
+# carried (head dim 128, 128 x 256 with P packed as e4m3; 204 at 128 x 224, 208 at head dim
+# 256's 128 x 128 packed), spilling at 256 (fp32 P at 128 x 192 hd128, 128 x 128 hd256:
+# 360 / 700 B of stores) and up
+FA3_CARRY_SLACK_FP8 = 16
 
 
 @dataclass(frozen=True)
@@ -464,13 +474,14 @@ class AttentionSchedule:
             packed = self.packed_p
             p_carried = self.block_n * dtype.bytes // 8 if packed else self.block_n // 2
             carried = head_dim // 2 + self.block_n // 2 + p_carried
-            if carried > self.consumer_regs - FA3_CARRY_SLACK:
+            slack = FA3_CARRY_SLACK_FP8 if dtype.bits == 8 else FA3_CARRY_SLACK
+            if carried > self.consumer_regs - slack:
                 problems.append(f"fa3_overlap carries O ({head_dim // 2}), S "
                                 f"({self.block_n // 2}) and P ({p_carried}, "
                                 + ("packed" if packed else "fp32")
                                 + f") registers per thread: {carried} spill in consumer_regs="
                                   f"{self.consumer_regs} (the loop's scalars need "
-                                  f"{FA3_CARRY_SLACK} more): use a smaller block_n"
+                                  f"{slack} more): use a smaller block_n"
                                 + ("" if self.packed_p
                                    else " or packed_p=True (P carried packed)"))
         return problems
@@ -480,9 +491,9 @@ class AttentionSchedule:
         of one swizzle span of keys, and P's A fragment is gathered from S's registers."""
         problems = []
         if self.block_n not in FP8_BLOCK_N:
-            problems.append(f"block_n={self.block_n}: the FP8 kernel reads V^T in swizzled "
-                            f"rows of block_n keys (64, 128 or 2 x 128 bytes): one of "
-                            f"{FP8_BLOCK_N}")
+            problems.append(f"block_n={self.block_n}: the FP8 kernel reads V^T in column atoms "
+                            f"of one swizzle span of keys (fp8_vt_atom: 64, 128 or 2 x 128 "
+                            f"bytes, 3 x 64 at 192, 7 x 32 at 224): one of {FP8_BLOCK_N}")
         if self.q_in_registers:
             # with fa3_overlap (FA3's FP8 configuration) Q stays in its shared-memory stage
             # and S is an ss wgmma, so ping-pong there is taken (docs/perf/attention.md, h308)
@@ -789,6 +800,19 @@ def fa3_overlap_schedule(head_dim: int, causal: bool = False) -> AttentionSchedu
     return s
 
 
+def fp8_vt_atom(block_n: int) -> int:
+    """Keys per column atom of the FP8 kernel's V^T stage ([D, keys] e4m3, K-major for P V's
+    wgmma): the widest swizzle span (128, 64 or 32 bytes of keys) that divides block_n. Each
+    atom is one TMA box of D rows and one register-A wgmma of P V (K = the atom's keys, whole
+    k32 steps, P's columns sliced to match: a view of its words when P is carried packed);
+    the permuted V^T's 32-key groups never straddle two atoms."""
+    for keys in (128, 64, 32):
+        if block_n % keys == 0:
+            return keys
+    raise ValueError(f"block_n={block_n}: the FP8 kernel's V^T atoms take a multiple of 32 "
+                     f"keys (one of {FP8_BLOCK_N})")
+
+
 def _kv_blocks(q0, block_m: int, block_n: int, S, SK, causal: bool, at_least: int = 0):
     """KV blocks a tile of query rows [q0, q0 + block_m) reads: all of them, or under the
     causal mask those up to the last row's last key q0 + block_m - 1 + SK - S; blocks no row
@@ -881,7 +905,7 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                        "groups, keys past Skv zero); argus.ops.attention_fp8 makes it")
             ag.tag_tensor(V, sk=lambda b_, h_, d_, c: acc_order_col(c))
         # FP8: V^T [D, keys] in column atoms of vcols keys (one swizzle span of e4m3 each)
-        vcols = min(BN, 128)
+        vcols = fp8_vt_atom(BN) if fp8 else min(BN, 128)
         vatoms = BN // vcols
         group = H // K.shape[1]          # query heads per kv head (GQA / MQA)
         m_tiles = ag.cdiv(S, BM)

@@ -8,8 +8,11 @@ what is in flight and inserts:
   `wgmma.wait 0` + `fence.operands` right after. Inside a consume step the group stays in
   flight, register-A ("rs") groups too, and is retired where it must be, by the general rule:
   an op that touches a register tile of an in-flight group (its accumulator, or the A tile of
-  an rs group; views included) waits with `wgmma.wait N`, N = the groups committed after the
-  newest such group (groups retire in commit order, PTX ISA "wgmma.wait_group"), then
+  an rs group; views included, but for a word view of a packed A fragment, lower/packed.py,
+  which copies nothing: FP8 P V's per-atom groups stay in flight together) waits with
+  `wgmma.wait N`, N = the groups committed after the newest such group (groups retire in
+  commit order, PTX ISA "wgmma.wait_group"; at most WGMMA_WAIT_MAX, older ones retire too
+  past it), then
   `fence.operands` on every group that wait retired (their packed A registers included); a
   wait retiring a group beside which register-tile work ran is `pinned` (codegen keeps it
   behind that work in the machine code, where ptxas would hoist it). So
@@ -182,6 +185,9 @@ def _retire(st: _State, groups: list[_Group], note: str, loc) -> list[O.Op]:
     committed after the newest of them, then `fence.operands` on all it retired: their
     accumulators (as listed, once per group) and the packed A registers of rs groups."""
     newest = max(st.inflight.index(g) for g in groups)
+    # wgmma.wait_group's N is at most WGMMA_WAIT_MAX: with more groups newer than these
+    # (FP8 P V in up to 7 V^T atoms beside S), older ones retire too
+    newest = max(newest, len(st.inflight) - 1 - WGMMA_WAIT_MAX)
     retired = st.inflight[:newest + 1]
     rs = any(g.a is not None for g in retired)
     accs = tuple(dict.fromkeys(g.acc for g in retired))
@@ -205,6 +211,12 @@ def _touches(op: O.Op, st: _State) -> list[_Group]:
     # fragments live at once to one (ping-pong's and the example's Q atoms; keeping all four
     # in flight raised the example's spills at head dim 256 from 80 to 316 bytes)
     used = {st.tile(v) for v in op.operands()}
+    if isinstance(op, O.TileSlice) and op.result.type.packed:
+        # a word view of a packed A fragment (lower/packed.py: FP8 P's k-step windows, one
+        # per V^T atom): it names words the carried tile keeps live anyway and copies none,
+        # so the atoms' P V groups stay in flight together (one chain on O, as from shared
+        # memory); an accumulator it viewed would still retire its group
+        return [g for g in st.inflight if st.tile(g.acc) in used]
     return [g for g in st.inflight
             if st.tile(g.acc) in used or (g.a is not None and st.tile(g.a) in used)]
 

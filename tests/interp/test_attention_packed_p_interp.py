@@ -37,7 +37,13 @@ def test_packed_p_against_float64(variant, head_dim, causal, shape):
 # a tile, so P crosses the back edge
 FP8_CASES = [("pvt+packp", 128, True, (1, 2, 1, 300, 400), True),
              ("pvt+packp", 128, False, (2, 2, 2, 200, 260), True),
-             ("packp", 128, True, (1, 2, 1, 200, 330), False)]
+             ("packp", 128, True, (1, 2, 1, 200, 330), False),
+             # the wider key blocks (V^T in 3 x 64, 7 x 32 and 2 x 128-key atoms, P V issued
+             # per atom from views of P's words): a KV tail in a partial block, 2-4 blocks
+             ("pvt+packp+bn192", 128, True, (1, 2, 1, 300, 700), True),
+             ("pvt+packp+bn224", 128, False, (1, 2, 1, 150, 500), True),
+             ("packp+bn224", 128, True, (1, 1, 1, 200, 470), False),
+             ("pvt+packp+bn256", 128, True, (1, 2, 1, 260, 600), True)]
 
 
 @pytest.mark.parametrize("variant,head_dim,causal,shape,permuted", FP8_CASES,

@@ -22,7 +22,7 @@ from argus import codegen
 from argus.compiler import compile_kernel, lower_only
 from argus.ir import parser, printer
 from argus.ir.types import TileType
-from argus.kernels.attention import attention_kernel, fp8_schedule
+from argus.kernels.attention import FP8_BLOCK_N, attention_kernel, fp8_schedule, fp8_vt_atom
 from argus.lower import packed
 from argus.runtime import nvrtc_available
 from tests.loading import load_script
@@ -109,3 +109,74 @@ def test_builds_without_spills(causal, permuted):
     res = compile_kernel(attention_kernel(128, ag.e4m3, causal, True, permuted), s=s,
                          verify=False).resources
     assert res.spill_stores == 0 and res.spill_loads == 0, res
+
+
+# -- wider key blocks (h313): V^T's stage in atoms of the widest swizzle span dividing block_n
+
+def test_v_t_atoms_are_the_widest_span_dividing_the_block():
+    assert {bn: fp8_vt_atom(bn) for bn in FP8_BLOCK_N} == \
+        {64: 64, 128: 128, 192: 64, 224: 32, 256: 128}
+    for bn in FP8_BLOCK_N:
+        assert dataclasses.replace(fp8_schedule(128), block_n=bn)._fp8_problems() == []
+    assert "block_n=160" in dataclasses.replace(fp8_schedule(128), block_n=160) \
+        ._fp8_problems()[0]
+
+
+@pytest.mark.parametrize("block_n,atoms,swizzle", [(192, 3, 64), (224, 7, 32), (256, 2, 128)])
+def test_wide_blocks_issue_p_v_per_atom_from_p_words(block_n, atoms, swizzle):
+    s = _schedule(block_n=block_n)
+    text = codegen.render(_lowered(s)).text
+    # P's words: block_n / 8 a thread
+    assert re.search(rf"ag::uint32_t t\d+\[{block_n // 8}\];", text)
+    # one register-A wgmma per atom (K = the atom's keys), the loop's and the peeled last
+    issues = re.findall(r"ag::wgmma_m64n128k32_f32_e4m3_rs\(", text)
+    assert len(issues) == 2 * block_n // 32
+    # the atoms read consecutive words of P (a view at the atom's first k32 step): every
+    # word of the carried P once per P V
+    words = [int(w) for w in re.findall(r"ra\d*\[\d+\]\[\d+\] = t\d+\[(\d+)\];", text)]
+    assert sorted(words) == sorted(list(range(block_n // 8)) * 2)
+    # V^T's stage: `atoms` B descriptors a P V, swizzled by the atom's span (bytes)
+    descs = re.findall(r"const ag::uint64_t db = ag::make_smem_desc\(v\d+, (\d+),", text)
+    assert descs.count(str(swizzle)) >= 2 * atoms, descs
+    # the atoms' groups stay in flight together (one chain on O): the softmax's wait leaves
+    # every atom's P V pending (lower/sync.py: a word view retires nothing)
+    assert f"ag::wgmma_wait_pinned<{atoms}>();" in text
+    assert s.problems_for(128, ag.e4m3) == [] and swizzle == fp8_vt_atom(block_n)
+
+
+@pytest.mark.parametrize("head_dim,kw,spills", [
+    (128, dict(block_n=128), False), (128, dict(block_n=192), True),
+    (128, dict(block_n=224), True), (128, dict(block_n=256), True),
+    (128, dict(block_n=128, packed_p=True), False), (128, dict(block_n=192, packed_p=True), False),
+    (128, dict(block_n=224, packed_p=True), False), (128, dict(block_n=256, packed_p=True), False),
+    (256, dict(block_n=64), False), (256, dict(block_n=128), True),
+    (256, dict(block_n=128, packed_p=True), False),
+])
+def test_fp8_spill_problems_follow_the_measured_spills(head_dim, kw, spills):
+    """spill_problems at FP8 against NVRTC 13.0 (docs/perf/attention.md h313, two 240-register
+    consumers): fp32 P spills at 128 x 192 (360 B of stores) and wider at head dim 128 and at
+    128 x 128 at 256 (700 B); packed as e4m3 none up to 128 x 256 at 128 and 128 x 128 at
+    256 (test_wide_blocks_build_without_spills_only_when_packed builds them)."""
+    s = dataclasses.replace(fp8_schedule(head_dim), **kw)
+    assert s.problems_for(head_dim, ag.e4m3) == []
+    found = s.spill_problems(head_dim, ag.e4m3)
+    assert bool(found) == spills, found
+    if spills:
+        assert "packed_p=True" in found[0]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("block_n", [192, 224, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_wide_blocks_build_without_spills_only_when_packed(block_n, causal):
+    """Two 240-register consumer warpgroups at head dim 128 (the default's TMA-store
+    epilogue, permuted V^T): no local memory with P carried as e4m3 words; with fp32 P every
+    one of these spills (360-908 B of stores, NVRTC 13.0)."""
+    s = _schedule(causal, block_n=block_n)
+    kernel = attention_kernel(128, ag.e4m3, causal, False, True)
+    res = compile_kernel(kernel, s=s, verify=False).resources
+    assert res.spill_stores == 0 and res.spill_loads == 0, res
+    if block_n == 192 and not causal:
+        res = compile_kernel(kernel, s=dataclasses.replace(s, packed_p=False),
+                             verify=False).resources
+        assert res.spill_stores > 0, res

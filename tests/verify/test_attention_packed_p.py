@@ -41,7 +41,10 @@ def test_packed_p_verifies_clean(variant, head_dim, causal, seq_len):
     _assert_clean(verify.run(kernel), s.epilogue, head_dim)
 
 
-FP8_CASES = [("pvt+packp", False), ("pvt+packp", True), ("packp", False), ("packp", True)]
+# (the wider FP8 tiles: 128 x 224 full verifies clean, its causal form and 128 x 192 not
+# yet: docs/perf/attention.md h313)
+FP8_CASES = [("pvt+packp", False), ("pvt+packp", True), ("packp", False), ("packp", True),
+             ("pvt+packp+bn224", False), ("packp+bn224", False)]
 
 
 @pytest.mark.parametrize("variant,causal", FP8_CASES,
