@@ -40,6 +40,9 @@
 #        ARGUS_WGMMA_A_FENCE=copy, commit 9879b96's fence), one process, kernels alone)
 #        fp8late58 (h315: the FP8 forward at hd64 / hd256, the late rescale (the default at
 #        every head dim since the 2026-12-07 11:05 run of this step) against `oearly`, permuted V^T)
+#        fp8big58 (h313: FP8 hd128 with P carried packed as e4m3, fp8 token `packp`, and the
+#        wider key blocks it builds without spills, 192 / 224 / 256, against the default pvt;
+#        kernels alone: fp8k_*)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -439,6 +442,14 @@ for s in "${steps[@]}"; do
     fp8late58) run_step fp8late58 300 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 64,256 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
         --fp8 pvt,pvt+oearly --out "$OUT/fp8late58" ;;
+    # 2026-12-07 (h313): FP8 hd128, permuted V^T: the default (128 x 128, P fp32 until P V's
+    # issue) against P carried packed as e4m3 (packp) at 128 keys and at the wider blocks it
+    # lets build without spills (NVRTC 13.0, docs/perf/attention.md h313): 192, FA3's 224 and
+    # 256; read the fp8k_* columns (kernels alone), cuDNN bf16 beside them
+    fp8big58) run_step fp8big58 480 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
+        --dims 128 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
+        --fp8 pvt,pvt+packp,pvt+packp+bn192,pvt+packp+bn224,pvt+packp+bn256 \
+        --out "$OUT/fp8big58" ;;
     moefp856) run_step moefp856 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 \
         --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \
         --out "$OUT/moefp856" ;;

@@ -44,7 +44,7 @@ def test_no_two_variants_of_a_step_coincide_everywhere(name):
             assert table[a] != table[b], f"{name}: {a} and {b} are one schedule at {cells}"
 
 
-FP8_STEPS = ("fp8pp57", "pp57c", "fp8late58")
+FP8_STEPS = ("fp8pp57", "pp57c", "fp8late58", "fp8big58")
 
 
 @pytest.mark.parametrize("name", FP8_STEPS)
