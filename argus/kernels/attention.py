@@ -104,11 +104,12 @@ FP8_BLOCK_N = (64, 128, 192, 224, 256)
 # carried in 240 (128 x 176, P packed after P V's wait since h302) and 104 in 160, spilling at
 # 208 in 240 (fp32 P at 128 x 144; packed 128 x 192 causal) and 128 in 160
 FA3_CARRY_SLACK = 44
-# the same for the FP8 kernel (NVRTC 13.0, two 240-register consumers, h313): clean at 224
-# carried (head dim 128, 128 x 256 with P packed as e4m3; 204 at 128 x 224, 208 at head dim
-# 256's 128 x 128 packed), spilling at 256 (fp32 P at 128 x 192 hd128, 128 x 128 hd256:
-# 360 / 700 B of stores) and up
-FA3_CARRY_SLACK_FP8 = 16
+# the same for the FP8 kernel (NVRTC 13.0, two 240-register consumers, h313): clean at 208
+# carried (head dim 256's 128 x 128 with P packed as e4m3; 204 at hd128's 128 x 224),
+# spilling at 224 (hd128's 128 x 256 packed: 144 B of stores since P's register-A fence is a
+# pin, e749f1cc; clean with 9879b96's copy) and up (fp32 P at 128 x 192 hd128, 128 x 128
+# hd256: 360 / 700 B)
+FA3_CARRY_SLACK_FP8 = 24
 
 
 @dataclass(frozen=True)
