@@ -471,8 +471,7 @@ def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
     asks = []
     if not site.op.overwrite:
         chain = _acc_chain(defs, site.op.acc.id)
-        asks.append((chain, set(chain) | _rescales_assigned_into(model.kernel, defs,
-                                                                 set(chain)), set(), False))
+        asks.append((chain, _chain_values(model.kernel, defs, chain), set(), False))
     promoted = _promoted_into(model, site.op.acc.id)
     if promoted is not None and promotion.group_of(model, site) is None:
         chain = _acc_chain(defs, promoted.result.id)
@@ -494,6 +493,26 @@ def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
                     return [_partial_read_obligation(model, site, loop, bad, is_sum)]
                 break   # the outermost loop it sums over: the nested ones' bodies are in it
     return []
+
+
+def _chain_values(kernel, defs: dict, chain: list[int]) -> set[int]:
+    """The values of an accumulator chain (`_acc_chain`) for `_read_mid_reduction`, closed
+    under what continues it after the wgmma: a rescale assigned back (`o = o * alpha`,
+    `_rescales_assigned_into`) and the variable a region makes of a chain value and assigns
+    back into the chain (`with ag.when(c): acc = acc * f` is `v = var(acc)`, `v = v * f` in
+    the block, `acc = v` after it: v takes the chain's value and hands it on, no read of a
+    partial). A variable that is not assigned back (a snapshot carried out of the block) stays
+    outside, so the read that fills it is still refused."""
+    values = set(chain)
+    while True:
+        grown = values | _rescales_assigned_into(kernel, defs, values)
+        grown |= {op.src.id for op in kernel.body.walk()
+                  if isinstance(op, O.Assign) and op.dst.id in grown
+                  and isinstance(defs.get(op.src.id), O.Var)
+                  and defs[op.src.id].init.id in grown}
+        if grown == values:
+            return values
+        values = grown
 
 
 def _partial_read(loop: O.For, values: set[int], promotions: set[int]):

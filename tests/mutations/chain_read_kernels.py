@@ -70,3 +70,31 @@ def make_promoted_chain_read(bug: str | None = None):
         return snap if bug == "snapshot" else acc
 
     return k_loop_kernel(f"promoted_chain_read_{bug or 'clean'}", k_loop)
+
+
+def make_gemm_region_rescale(bug: str | None = None):
+    """The ring GEMM with acc rescaled inside an `ag.when` block of its K loop (`acc = acc *
+    1.0` on the first step): the block's variable takes acc and is assigned back into it, so
+    it continues the chain; h316's read rule refused it (the variable was no value of the
+    chain). `snapshot`: the block also copies acc into a variable carried out of the loop, and
+    the epilogue stores the copy (C misses every K block after the first)."""
+
+    @ag.kernel(name="gemm_region_rescale")
+    def gemm_region_rescale(A: ag.Tensor["M", "K", ag.bf16], B: ag.Tensor["N", "K", ag.bf16],
+                            C: ag.Tensor["M", "N", ag.bf16]):
+        r = G.ring_gemm(A, B, 2)
+        G.produce(r, A, B)
+        with ag.role("consumer", warpgroups=2, regs=232) as wg:
+            acc = ag.zeros((64, BN), ag.f32)
+            snap = ag.zeros((64, BN), ag.f32)
+            for k in ag.range(r.k_tiles):
+                with r.ring.consume() as st:
+                    acc = ag.wgmma(r.sA[st].rows_of(wg * 64, 64), r.sB[st], acc)
+                with ag.when(k == 0):
+                    acc = acc * 1.0
+                    if bug == "snapshot":
+                        snap = acc + 0.0  # BUG:snapshot
+            out = snap if bug == "snapshot" else acc
+            ag.store(C, (r.pid_m * G.BM + wg * 64, r.pid_n * BN), out.to(ag.bf16))
+
+    return gemm_region_rescale

@@ -215,3 +215,16 @@ def test_a_snapshot_of_a_split_fp8_sum_is_refused(tmp_path):
     found = _not_proven(verify.run(_split_fp8(tmp_path, "snapshot")), "wgmma.k-once")
     hits = _read_mid_reduction(found)
     assert hits and any("promoted into" in f.message for f in hits), found
+
+
+def test_a_rescale_inside_an_ag_when_block_continues_the_chain():
+    """`with ag.when(k == 0): acc = acc * 1.0` in the K loop: the block's variable takes acc
+    and is assigned back, no read of a partial. Refused by h316's rule (the variable was no
+    value of the chain, so its initial value read acc mid-reduction) until _chain_values."""
+    S.assert_clean(G.make_gemm_region_rescale().trace())
+
+
+def test_a_snapshot_inside_an_ag_when_block_is_still_caught():
+    placed = S.assert_caught(G.make_gemm_region_rescale("snapshot").trace(),
+                             ("wgmma.k-once",), FILE, "snapshot")
+    assert all(_READ in d.message for d in placed), placed
