@@ -475,10 +475,10 @@ def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
     promoted = _promoted_into(model, site.op.acc.id)
     if promoted is not None and promotion.group_of(model, site) is None:
         chain = _acc_chain(defs, promoted.result.id)
-        root = chain[-1]
-        # the sum's variables: the promoted one and the copies regions make of it
-        values = {root} | {op.result.id for op in model.kernel.walk() if isinstance(op, O.Var)
-                           and _acc_chain(defs, op.result.id)[-1] == root}
+        # the sum's variables: the promoted one and the copies regions make of it and assign
+        # back (not every variable from the sum's initial value: a snapshot `snap = acc`
+        # taken in the loop starts from that value too)
+        values = _chain_values(model.kernel, defs, chain)
         # the promotions: an add of one of them and something else, assigned back into one
         adds = [defs.get(op.src.id) for op in model.kernel.walk()
                 if isinstance(op, O.Assign) and op.dst.id in values]

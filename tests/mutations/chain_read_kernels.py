@@ -50,24 +50,29 @@ def make_promoted_chain_read(bug: str | None = None):
     """fp8 promotion's shape (gemm_fp8.py's serial promoted loop, tests/fp8_k_loops.py's
     skeleton): each K block overwrites a partial that is added into the fp32 sum. `snapshot`:
     the tile stored is a copy of the sum taken before the block's promotion (the last block
-    never reaches C); `twice`: the sum before the promotion added back after it."""
+    never reaches C); `twice`: the sum before the promotion added back after it.
+    `alias_snapshot`: the copy taken in an `ag.when` block, into a variable that starts as the
+    sum itself (`snap = acc` before the loop: both variables from one zeros tile)."""
     from tests.fp8_k_loops import k_loop_kernel
 
     def k_loop(ring, k_steps, wg):
         acc = ag.zeros((64, BN), ag.f32)
         part = ag.zeros((64, BN), ag.f32)
-        snap = ag.zeros((64, BN), ag.f32)
+        snap = acc if bug == "alias_snapshot" else ag.zeros((64, BN), ag.f32)
         for k in ag.range(k_steps):
             with ring.pipe.consume() as stage:
                 ag.wgmma(ring.a[stage].rows_of(wg * 64, 64), ring.b[stage].rows_of(0, BN),
                          part, trans_b=False, overwrite=True)
             if bug == "snapshot":
                 snap = acc + 0.0  # BUG:snapshot
+            if bug == "alias_snapshot":
+                with ag.when(k == 0):  # BUG:alias_snapshot
+                    snap = acc  # BUG:alias_snapshot
             prev = acc + 0.0 if bug == "twice" else None  # BUG:twice
             acc = acc + part * 0.5
             if bug == "twice":
                 acc = acc + prev  # BUG:twice
-        return snap if bug == "snapshot" else acc
+        return snap if bug in ("snapshot", "alias_snapshot") else acc
 
     return k_loop_kernel(f"promoted_chain_read_{bug or 'clean'}", k_loop)
 

@@ -170,6 +170,16 @@ def test_a_snapshot_of_a_promoted_sum_is_caught_at_its_line():
     assert any("promoted into" in d.message for d in placed), placed
 
 
+def test_a_snapshot_of_a_promoted_sum_into_a_variable_from_its_zeros_is_caught():
+    """Missed by h316 (zero findings): the sum's variables were every `var` whose chain starts
+    at the sum's zeros tile, the snapshot's too, so `snap = acc` in an ag.when block read as
+    the sum assigned to one of its own variables (promotion.py refuses the group; the per-site
+    fallback proves the partial)."""
+    placed = S.assert_caught(G.make_promoted_chain_read("alias_snapshot").trace(),
+                             ("wgmma.k-once",), FILE, "alias_snapshot")
+    assert any("promoted into" in d.message for d in placed), placed
+
+
 def test_the_old_promoted_sum_added_back_is_caught():
     """Caught before h316: the second assignment into the sum is no promotion
     (`_promoted_into` gives None), so the site counts over no loop and its coverage fails."""
