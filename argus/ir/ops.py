@@ -767,8 +767,9 @@ class WgmmaFence(Op):
     pins the tiles' registers (fence_operands). `a_copy` (with `a_registers`): the packed A
     registers are also copied in place (an identity prmt each, here and at the fence after
     the wait that retires the group) instead of only pinned (an empty asm, no instruction):
-    lower/sync.py sets it where the A tile is defined outside the innermost loop issuing the
-    wgmma (a loop-invariant fragment, which ptxas miscompiled with the pin alone)."""
+    lower/sync.py sets it where the A tile is invariant in the innermost loop issuing the
+    wgmma (defined before it, or computed in it from invariant registers alone: _loop_defs; a
+    loop-invariant fragment, which ptxas miscompiled with the pin alone)."""
 
     NAME = "wgmma.fence"
     tiles: tuple[Value, ...]
