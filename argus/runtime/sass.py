@@ -175,14 +175,21 @@ _REGISTER_A = re.compile(r"\b([HQ]GMMA)\.64x(\d+)x\d+\.\S+\s+R(\d+),\s*R(\d+),\s
 _WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)")
 _BRANCH = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(@!?U?P[T0-9]+\s+)?BRA\b.*`\((\.L_x_\d+)\)")
 _EXIT = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+EXIT\b")
+# SHFL writes a predicate first, then its register (`SHFL.IDX PT, R5, R4, 0x1, 0x1f`)
+_SHFL = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?SHFL\.\S+\s+P[T0-9]+,\s*"
+                   r"R(\d+)\b")
 _DEST = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)(\.\S*)?\s+"
                    r"R(\d+)\b")
 
 
 def _written(line: str) -> range:
     """The general registers an instruction line writes (its first operand; .64 / .WIDE two,
-    .128 four, an HGMMA / QGMMA 64xN f32 accumulator N / 2); empty for stores, branches and
-    instructions whose first operand is not a register."""
+    .128 four, an HGMMA / QGMMA 64xN f32 accumulator N / 2, LDSM's .2 / .4 matrices two /
+    four; SHFL's register after its predicate); empty for stores, branches and instructions
+    whose first operand is not a register."""
+    shfl = _SHFL.match(line)
+    if shfl:
+        return range(int(shfl.group(1)), int(shfl.group(1)) + 1)
     m = _DEST.match(line)
     if not m or m.group(1).startswith(("ST", "RED", "ATOM", "BRA", "BAR", "SYNCS", "WARPGROUP")):
         return range(0)
@@ -190,6 +197,9 @@ def _written(line: str) -> range:
     gmma = re.search(r"[HQ]GMMA\.64x(\d+)", line)
     if gmma:
         return range(first, first + int(gmma.group(1)) // 2)
+    if m.group(1) == "LDSM":    # LDSM.16.M88.4 / .MT88.2: one register a matrix
+        count = re.search(r"\.(2|4)$", mods)
+        return range(first, first + (int(count.group(1)) if count else 1))
     width = 4 if ".128" in mods else 2 if (".64" in mods or ".WIDE" in mods) else 1
     return range(first, first + width)
 

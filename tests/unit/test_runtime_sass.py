@@ -135,3 +135,37 @@ def test_find_tool_looks_in_nvidias_pip_wheels(monkeypatch, tmp_path):
     assert toolkit.find_tool("cuobjdump") is None
     monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere")])
     assert toolkit.find_tool("nvdisasm") is None
+
+
+def test_register_a_hazards_sees_ldsm_and_shfl_writes():
+    """An A register written while its group is in flight by an instruction whose first
+    operand is not that register: LDSM.x4 into R150..R153 (only R150 was counted) and SHFL,
+    whose first operand is its predicate (no write was counted)."""
+    from argus.runtime.sass import register_a_hazards
+
+    def sass(body):
+        return "\n".join(f"        /*{16 * i:04x}*/                   {x} ;" if not x.endswith(":")
+                         else x for i, x in enumerate(body))
+    issue = "HGMMA.64x128x16.F32.BF16 R88, R152, gdesc[UR8].tnspB, R88, gsb0"
+    for write, reg in (("LDSM.16.M88.4 R150, [R2+UR4]", 152),
+                       ("LDSM.16.MT88.2 R151, [R2]", 152),
+                       ("SHFL.IDX PT, R153, R25, 0x1, 0x1f", 153)):
+        found = register_a_hazards(sass([".L_x_1:", "WARPGROUP.ARRIVE", issue, write,
+                                         "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+                                         "F2FP.BF16.F32.PACK_AB R152, R25, R24",
+                                         "F2FP.BF16.F32.PACK_AB R153, R25, R24",
+                                         "F2FP.BF16.F32.PACK_AB R154, R25, R24",
+                                         "F2FP.BF16.F32.PACK_AB R155, R25, R24",
+                                         "@P0 BRA `(.L_x_1)", "EXIT"]))
+        assert found == [f"line 3 (HGMMA A R152): R{reg} written at line 4 while in flight"], \
+            (write, found)
+    # an x1 LDSM below the fragment and a predicate-only SETP write nothing of it
+    quiet = register_a_hazards(sass([".L_x_1:", "WARPGROUP.ARRIVE", issue,
+                                     "LDSM.16.M88 R151, [R2]", "ISETP.GE.AND P1, PT, R152, R3, PT",
+                                     "WARPGROUP.DEPBAR.LE gsb0, 0x0",
+                                     "F2FP.BF16.F32.PACK_AB R152, R25, R24",
+                                     "F2FP.BF16.F32.PACK_AB R153, R25, R24",
+                                     "F2FP.BF16.F32.PACK_AB R154, R25, R24",
+                                     "F2FP.BF16.F32.PACK_AB R155, R25, R24",
+                                     "@P0 BRA `(.L_x_1)", "EXIT"]))
+    assert quiet == [], quiet
