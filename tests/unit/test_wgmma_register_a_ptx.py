@@ -279,3 +279,38 @@ def test_library_attention_sass_keeps_register_a_live(tmp_path, monkeypatch, cas
                           check=True).stdout
     assert re.search(r"[HQ]GMMA\S* R\d+, R\d+, gdesc", sass), name
     assert register_a_hazards(sass, _invariant) == [], name
+
+
+@ag.kernel
+def nested(Q: ag.Tensor["BH", "S", 64, ag.bf16], K: ag.Tensor["BH", "SK", 64, ag.bf16],
+           V: ag.Tensor["BH", "SK", 64, ag.bf16], O: ag.Tensor["BH", "S", 64, ag.f32]):
+    """A persistent walk's shape: Q loaded in the outer (unit) loop, so it changes there, and
+    read by S's wgmma in the inner KV loop, where it is invariant; P made in the inner loop."""
+    pid, bh = ag.grid(ag.cdiv(Q.shape[1], 128), Q.shape[0])
+    blocks = ag.cdiv(K.shape[1], 64)
+    sK = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    sV = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    pipe = ag.pipeline(2, consumers=1)
+    with ag.role("producer", warpgroups=1):
+        for u in ag.range(2):
+            for j in ag.range(blocks):
+                with pipe.produce() as st:
+                    ag.tma.load(sK[st], K, (bh, j * 64, 0))
+                    ag.tma.load(sV[st], V, (bh, j * 64, 0))
+    with ag.role("consumer", warpgroups=1):
+        for u in ag.range(2):
+            q = ag.load(Q, (bh, pid * 128 + u * 64, 0), (64, 64))
+            o = ag.zeros((64, 64))
+            for j in ag.range(blocks):
+                with pipe.consume() as st:
+                    s = ag.wgmma(q, sK[st], ag.zeros((64, 64)))
+                    o = ag.wgmma(s.to(ag.bf16), sV[st], o, trans_b=True)
+            ag.store(O, (bh, pid * 128 + u * 64, 0), o)
+
+
+def test_lowering_asks_the_innermost_loop_issuing_the_wgmma(monkeypatch):
+    """The fence follows the innermost loop around the issue: Q, which the outer loop reloads
+    (it varies there) but the KV loop only reads, is copied; P is pinned."""
+    from argus.compiler import lower_only
+    monkeypatch.delenv("ARGUS_WGMMA_A_FENCE", raising=False)
+    assert _fences(lower_only(nested)) == [(False, True), (True, False)]
