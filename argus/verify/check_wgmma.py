@@ -487,12 +487,33 @@ def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
         asks.append((chain, values, adds, True))
     for chain, values, promotions, is_sum in asks:
         for loop in loops:
+            if not is_sum and _overwritten_each_iteration(loop.op, chain):
+                # every iteration starts the chain afresh (a partial a group's first wgmma
+                # overwrites, gemm_fp8.interval_promoted_mma): what the body reads after it
+                # is this iteration's own sum, which the k-once count takes per iteration
+                continue
             if _carried_across(chain, loop.op, defs):
                 bad = _partial_read(loop.op, values, promotions)
                 if bad is not None:
                     return [_partial_read_obligation(model, site, loop, bad, is_sum)]
                 break   # the outermost loop it sums over: the nested ones' bodies are in it
     return []
+
+
+def _overwritten_each_iteration(loop: O.For, chain: list[int]) -> bool:
+    """Whether `loop`'s body overwrites the chain's accumulator (a wgmma with scale-d = 0 on
+    a value of `chain`) on every path through an iteration: outside any `ag.when` block, the
+    only ops here that may skip part of the body."""
+    def walk(region) -> bool:
+        for op in region.ops:
+            if isinstance(op, O.Wgmma) and op.overwrite and op.acc.id in chain:
+                return True
+            if isinstance(op, (O.If, O.For)):
+                continue   # may run zero times: not on every path
+            if any(walk(inner) for inner in op.regions()):
+                return True
+        return False
+    return walk(loop.body)
 
 
 def _chain_values(kernel, defs: dict, chain: list[int]) -> set[int]:
