@@ -14,7 +14,7 @@ import pytest
 
 import argus as ag
 from argus import verify
-from argus.compiler import lower_only
+from argus.compiler import compile_kernel, lower_only
 from argus.errors import TraceError
 from argus.ir import ops as O
 from argus.kernels.attention import AttentionSchedule, attention_kernel, default_schedule
@@ -67,9 +67,23 @@ def _schedule(variant, head_dim, seq_len):
     return BENCH.variant_schedule(variant, head_dim, False, seq_len)
 
 
+# Since P's register-A fence is a pin (e749f1cc, no instruction), NVRTC 13.0 spills this one
+# candidate a little (12 B stored, 24 B loaded a thread; none with 9879b96's copy fence): the
+# persistent walk with Q released early and K / V multicast to CTA pairs at head dim 128. An
+# opt-in bench variant, not a default; the build test asserts the measured bound instead.
+SPILLS_SINCE_THE_PIN = {("default+cl2", 128, 1024): 24}
+
+
 @pytest.mark.parametrize("variant,head_dim,seq_len", CANDIDATES, ids=IDS)
 def test_cluster_builds_without_spills(variant, head_dim, seq_len):
-    assert_builds_without_spills(_schedule(variant, head_dim, seq_len), head_dim, False)
+    s = _schedule(variant, head_dim, seq_len)
+    bound = SPILLS_SINCE_THE_PIN.get((variant, head_dim, seq_len))
+    if bound is None:
+        assert_builds_without_spills(s, head_dim, False)
+        return
+    res = compile_kernel(attention_kernel(head_dim, ag.bf16, False, False), verify=False,
+                         s=s).resources
+    assert 0 < res.spill_stores <= bound and res.spill_loads <= bound, res
 
 
 @pytest.mark.parametrize("variant,head_dim,seq_len", CANDIDATES, ids=IDS)
