@@ -469,6 +469,13 @@ for s in "${steps[@]}"; do
     fence58) run_step fence58 540 python3 -u scripts/gpu_attention_bench.py --dims 64,128,256 \
         --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
         --variants default,default+copyfence --out "$OUT/fence58" ;;
+    # 2026-12-07 (stop 59): the hd128 full-mask tiles measured before the pinned fence
+    # (e749f1cc: P's fence costs no instruction now) timed again with it: P packed at 128 /
+    # 160 / 176 keys and ping-pong with FA3's overlap against the default, kernels alone
+    pin59) run_step pin59 300 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048,4096,16384 --mask full --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+packp,default+packp+bn160,default+packp+bn176+direct,default+ppfa3 \
+        --out "$OUT/pin59" ;;
     *) echo "unknown step $s" ;;
   esac
 done
