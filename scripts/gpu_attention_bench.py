@@ -171,7 +171,10 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     "olate" (with FA3's overlap order): rescale_after_pv, O rescaled by the new row scale
     after P V retires and the next P V issued unscaled (FA3's rescale_o after the wait), on the
     order without the turns (ping-pong, "ppfa3", always takes it since h309): "default+olate"
-    at head dims 128 and 256. "copyfence" changes no schedule field: the variant's kernels
+    at head dims 128 and 256. "sumend" (any loop): defer_row_sum, the running row sum kept as
+    each thread's partial (P's columns folded by 8-column windows) and reduced across the quad
+    once after the KV loop (FA3's online_softmax: no warp reduce of the sum per block), e.g.
+    "default+sumend". "copyfence" changes no schedule field: the variant's kernels
     are built with every wgmma register-A fence a copy (a_fence, ARGUS_WGMMA_A_FENCE=copy),
     e.g. "default+copyfence" against "default" (lowering's choice since h314)."""
     import dataclasses
@@ -230,6 +233,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["packed_p"] = True
     if "olate" in parts:    # O rescaled after P V retires (fa3_overlap)
         extra["rescale_after_pv"] = True
+    if "sumend" in parts:   # the row sum kept per thread, reduced across the quad at the end
+        extra["defer_row_sum"] = True
     if "cl2" in parts and causal:
         raise ValueError("cl2: full masks only")
     if parts[0] == "default":
@@ -870,7 +875,7 @@ def main() -> int:
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
                              "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, earlyq, snake, "
-                             "cl2, grid, bnN, packp, ppfa3, olate, "
+                             "cl2, grid, bnN, packp, ppfa3, olate, sumend, "
                              "stN, emuN, "
                              "ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "

@@ -288,6 +288,18 @@ class AttentionSchedule:
     # always takes it (rescale_late); this field opts the overlap order without the turns in.
     # Not the default until measured on a GPU
     rescale_after_pv: bool = False
+    # The running row sum l kept as each thread's partial (FA3's softmax.h: reduce_sum without
+    # warp_reduce in online_softmax, the quad's allreduce once in finalize): a (64, 8) tile of
+    # P's columns folded by c mod 8 (static 8-column windows added elementwise: in the wgmma
+    # accumulator layout each thread holds the same two columns of every 8-column group, so
+    # the fold is thread-local), rescaled by alpha each block and reduced across the quad
+    # once after the KV loop. Per KV block at head dim 128 this drops the sum's quad shuffles
+    # (2 a row, 4 SHFL + 4 FADD a thread) and splits its FADD chain in four (16 deep, not 32);
+    # the row max still takes its shuffles every block (the exponent needs it). block_n a
+    # multiple of 8; fa3_overlap only. The verifier does not prove the folded sum's coverage
+    # (reduce.coverage proves the per-block sum; the fold is the interpreter's check, h321).
+    # Not the default until measured on a GPU
+    defer_row_sum: bool = False
 
     @property
     def rescale_late(self) -> bool:
@@ -369,6 +381,17 @@ class AttentionSchedule:
                             "fa3_overlap=True")
         problems += packed_p_problems(self.packed_p, self.fa3_overlap)
         problems += rescale_after_pv_problems(self.rescale_after_pv, self.fa3_overlap)
+        if self.defer_row_sum and self.block_n % 8:
+            problems.append(f"defer_row_sum=True folds P's columns by 8-column windows (one "
+                            f"accumulator column pair a thread each): block_n={self.block_n} "
+                            f"is not a multiple of 8")
+        if self.defer_row_sum and not self.fa3_overlap:
+            # the verifier's reduce.coverage reads the folded (64, 8) partial as 8 keys a
+            # block: in ping-pong's plain loop it reports the sum after the loop as
+            # violated (a false finding; the interpreter matches float64 there)
+            problems.append("defer_row_sum=True is built for FA3's overlap order: it needs "
+                            "fa3_overlap=True (in the plain loop the verifier's "
+                            "reduce.coverage does not model the 8-column fold of P)")
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -1071,7 +1094,9 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 unmasked = _unmasked_blocks(r0, blocks, BN, S, SK, causal)
                 row_last_key = r0 + ag.arange(ROWS)[:, None] + (SK - S)   # causal bound
                 m_i = ag.full((ROWS, 1), neg_inf)   # running row max of S * scale * log2(e)
-                l_i = ag.full((ROWS, 1), 0.0)       # running row sum of exp2(S - m)
+                # running row sum of exp2(S - m); defer_row_sum: each thread's partial over
+                # P's columns folded by c mod 8, reduced across the quad after the loop
+                l_i = ag.full((ROWS, 8 if s.defer_row_sum else 1), 0.0)
                 o = ag.zeros((ROWS, D))
 
                 def scores(qs, ks):
@@ -1123,6 +1148,14 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                     x = sc * qk_scale - m_sub if s.fold_scale else sc - m_sub
                     p = ag.exp2(x, approx=s.approx_exp2, emulate=(s.exp2_emulate, 16))
                     alpha = ag.exp2(m_i - m_use, approx=s.approx_exp2)
+                    if s.defer_row_sum:
+                        # each thread's partial (defer_row_sum): P's 8-column windows added
+                        # elementwise (thread-local), the quad's reduction after the loop;
+                        # the fold is summed before alpha joins, so it need not wait for it
+                        part = p[:, 0:8]
+                        for g in range(1, BN // 8):
+                            part = part + p[:, 8 * g:8 * (g + 1)]
+                        return p, alpha, m_new, l_i * alpha + part
                     return p, alpha, m_new, l_i * alpha + p.sum(axis=1)
 
                 def pv(p, vs, o, alpha):
@@ -1264,6 +1297,8 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                         with v_pipe.consume():
                             pass
 
+                if s.defer_row_sum:
+                    l_i = l_i.sum(axis=1)           # the quad's reduction, once a tile
                 no_key = l_i == 0.0
                 if fp8:
                     o = o * o_scale                           # v_scale
