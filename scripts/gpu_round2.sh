@@ -43,6 +43,8 @@
 #        fp8big58 (h313: FP8 hd128 with P carried packed as e4m3, fp8 token `packp`, and the
 #        wider key blocks it builds without spills, 192 / 224 / 256, against the default pvt;
 #        kernels alone: fp8k_*)
+#        lever59 (h321: the row sum kept per thread, reduced across the quad after the KV loop,
+#        `sumend`: 4 SHFL + 4 FADD fewer a KV block at hd128, against the default; kernels alone)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -476,6 +478,13 @@ for s in "${steps[@]}"; do
         --lengths 2048,4096,16384 --mask full --no-gqa --backends cudnn --kernel-only \
         --variants default,default+packp,default+packp+bn160,default+packp+bn176+direct,default+ppfa3 \
         --out "$OUT/pin59" ;;
+    # 2026-12-07 (h321): the running row sum kept as each thread's partial (defer_row_sum,
+    # `sumend`; FA3's online_softmax reduces the sum across the quad only in finalize): the KV
+    # loop of one unmasked block at hd128 runs 473 instructions instead of 481 (SHFL 8 -> 4,
+    # FADD 68 -> 62, FFMA 66 -> 68; scripts/sass_attention_loop.py), kernels alone, cuDNN beside
+    lever59) run_step lever59 240 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+sumend --out "$OUT/lever59" ;;
     *) echo "unknown step $s" ;;
   esac
 done

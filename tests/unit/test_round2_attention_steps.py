@@ -14,7 +14,8 @@ from tests.loading import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = load_script("gpu_attention_bench")
-STEPS = ("short55", "short55b", "packp56", "packp56b", "gqa56", "pp57", "pp57b", "pp57c")
+STEPS = ("short55", "short55b", "packp56", "packp56b", "gqa56", "pp57", "pp57b", "pp57c",
+         "lever59")
 
 
 def _step(name: str) -> str:
