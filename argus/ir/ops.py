@@ -768,13 +768,18 @@ class WgmmaFence(Op):
     registers are also copied in place (an identity prmt each, here and at the fence after
     the wait that retires the group) instead of only pinned (an empty asm, no instruction):
     lower/sync.py sets it where the A tile is invariant in the innermost loop issuing the
-    wgmma (defined before it, or computed in it from invariant registers alone: _loop_defs; a
-    loop-invariant fragment, which ptxas miscompiled with the pin alone)."""
+    wgmma (defined before it, computed in it from invariant registers alone, or loaded in it
+    from a global tensor at an invariant address: _loop_defs; a loop-invariant fragment, which
+    ptxas miscompiled with the pin alone) and clears it elsewhere (the loop redefines the
+    fragment each iteration, or no loop issues it). The default is the copy: IR built or
+    parsed without that decision (hand-written, a test's) gets the fence that is right for
+    every fragment; the pin is right only where the fragment is not loop-invariant, and the
+    copy costs only a prmt a register. The printed IR names the pins alone (`a_copy=false`)."""
 
     NAME = "wgmma.fence"
     tiles: tuple[Value, ...]
     a_registers: bool = False
-    a_copy: bool = field(default=False, metadata={"elide_default": True})
+    a_copy: bool = field(default=True, metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ from argus.errors import CompileError, Loc
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region, Value
 from argus.ir.tag_ops import is_tag_op
-from argus.ir.types import ScalarType, TileType
+from argus.ir.types import ScalarType, TensorType, TileType
 from argus.target.limits import (NAMED_BARRIERS, WARPGROUP_SIZE, WGMMA_WAIT_MAX,
                                  entry_registers)
 
@@ -225,10 +225,21 @@ def _loop_defs(loop: O.For, st: _State) -> frozenset:
     """The register tiles whose value `loop`'s body changes from one iteration to the next:
     those it writes in place (the targets of its `assign`s, e.g. a `var` carried across the
     back edge as FA3's packed P_{j-1} is; the accumulators of its wgmma), and the results of
-    its ops that read the loop variable, such a tile, or anything not in registers (shared or
-    global memory, a pipeline step). A view names its tile's registers (it writes none); an op
-    on loop-invariant registers and scalars alone (a conversion of Q inside the loop)
-    computes an invariant that ptxas may hoist, so it does not count."""
+    its ops that read the loop variable, such a tile, or shared memory (a buffer, a pipeline
+    step). A view names its tile's registers (it writes none); an op on loop-invariant
+    registers and scalars alone (a conversion of Q inside the loop) computes an invariant that
+    ptxas may hoist, so it does not count.
+
+    A read of a global tensor (load, gather, load.scalar) counts through its address alone
+    (offsets, indices): at a loop-invariant address it is an invariant the compilers may
+    hoist too. The kernel's tensors are `__restrict__` parameters, so NVVM proves them
+    untouched by the loop's `asm volatile(... "memory")` (it already emits such a load as
+    ld.global.nc, LDG.CONSTANT) and nothing but heuristics keeps the load in the loop: hoisted,
+    the fragment is Q's shape, which the pin miscompiled. (NVRTC 13.0 keeps it in the loop
+    today, behind the pipeline's wait: tests/unit/test_wgmma_register_a_ptx.py
+    test_a_fixed_address_reload_is_copied.) Shared memory cannot be hoisted so: the
+    memory-clobbering asm of the wgmma's own fences in the same loop may write it, so each
+    iteration reloads it, which is what makes the pin safe."""
     views = (O.TileSlice, O.ExpandDims)
     body = list(loop.body.walk())
     varying = {loop.var.id} | {st.tile(x.dst) for x in body if isinstance(x, O.Assign)} | \
@@ -236,7 +247,8 @@ def _loop_defs(loop: O.For, st: _State) -> frozenset:
     for x in body:     # definitions before uses (what is written in place is seeded above)
         if isinstance(x, views) or isinstance(x, O.Assign):
             continue
-        if any(st.tile(v) in varying or not isinstance(v.type, (TileType, ScalarType))
+        if any(st.tile(v) in varying or
+               not isinstance(v.type, (TileType, ScalarType, TensorType))
                for v in x.operands()):
             varying |= {v.id for v in x.results()}
     return frozenset(varying)
@@ -248,7 +260,8 @@ def _a_copy(op: O.Wgmma, st: _State) -> bool:
     "+r" constraint, CUTLASS's warpgroup_fence_operand, no instruction).
 
     Copied where the A tile is invariant in the innermost loop that issues the wgmma (defined
-    before it, or computed in it from invariant registers only: _loop_defs): ping-pong
+    before it, or computed in it from invariant registers only, or loaded in it from a global
+    tensor at an invariant address: _loop_defs): ping-pong
     attention's Q, loaded once before the KV loop. There
     the pin alone left the PTX a loop-body `mov` of hoisted registers, which ptxas (NVRTC 13.0)
     coalesced with them and then reused for P once the first wgmma retired, never restoring
@@ -666,7 +679,9 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         if touched:
             out += _retire(st, touched, "the accumulator is read as register A", loc)
         rs = op.a_in_registers
-        out += [O.WgmmaFence((op.acc,), a_registers=rs, a_copy=rs and _a_copy(op, st), loc=loc),
+        # a_copy only means something with register A (smem A: the default, elided in the IR)
+        out += [O.WgmmaFence((op.acc,), a_registers=rs, a_copy=not rs or _a_copy(op, st),
+                             loc=loc),
                 op, O.WgmmaCommit(loc=loc)]
         if st.in_consume:
             group = _Group(op.acc, op.a if rs else None, st.depth,

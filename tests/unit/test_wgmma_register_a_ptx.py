@@ -194,6 +194,74 @@ def test_lowering_copies_what_the_loop_does_not_change(monkeypatch):
     assert {copy for _, copy in _fences(lower_only(two_gemms))} == {False}
 
 
+
+@ag.kernel
+def reloaded(Q: ag.Tensor["BH", "S", 64, ag.bf16], K: ag.Tensor["BH", "SK", 64, ag.bf16],
+             O: ag.Tensor["BH", "S", 64, ag.f32]):
+    """S = Q K^T with Q loaded inside the KV loop at the tile's fixed address, and
+    S2 = Q_j K^T with Q_j loaded at the loop's block (an address that changes each step)."""
+    pid, bh = ag.grid(ag.cdiv(Q.shape[1], 64), Q.shape[0])
+    blocks = ag.cdiv(K.shape[1], 64)
+    sK = ag.smem((2, 64, 64), ag.bf16, swizzle=128)
+    pipe = ag.pipeline(2, consumers=1)
+    with ag.role("producer", warpgroups=1):
+        for j in ag.range(blocks):
+            with pipe.produce() as st:
+                ag.tma.load(sK[st], K, (bh, j * 64, 0))
+    with ag.role("consumer", warpgroups=1):
+        o = ag.zeros((64, 64))
+        for j in ag.range(blocks):
+            with pipe.consume() as st:
+                q = ag.load(Q, (bh, pid * 64, 0), (64, 64))
+                s = ag.wgmma(q, sK[st], ag.zeros((64, 64)))
+                qj = ag.load(Q, (bh, j * 64, 0), (64, 64))
+                s2 = ag.wgmma(qj, sK[st], ag.zeros((64, 64)))
+                o = o + s + s2
+        ag.store(O, (bh, pid * 64, 0), o)
+
+
+def test_a_fixed_address_reload_is_copied(monkeypatch):
+    """A global load at a loop-invariant address inside the loop is an invariant the compilers
+    may hoist (the tensors are __restrict__: NVVM already emits it as ld.global.nc), and
+    hoisted it is Q's shape, which the pin miscompiled: copied. A load at the loop's block is
+    redefined every iteration whatever the compilers do: pinned (lower/sync.py _loop_defs)."""
+    from argus.compiler import lower_only
+    monkeypatch.delenv("ARGUS_WGMMA_A_FENCE", raising=False)
+    assert _fences(lower_only(reloaded)) == [(False, True), (False, False)]
+
+
+@needs_nvrtc
+def test_a_fixed_address_reload_is_copied_in_the_ptx(monkeypatch):
+    """The machine-level side of the decision above: the fixed-address Q's registers are
+    defined by the identity prmt right before each of its wgmma, Q_j's by the load's own
+    conversion (no instruction of the fence)."""
+    monkeypatch.setenv("ARGUS_VERIFY", "0")
+    monkeypatch.delenv("ARGUS_WGMMA_A_FENCE", raising=False)
+    ptx = reloaded.compile().binary.ptx
+    issues = [m.start() for m in _WGMMA_RS.finditer(ptx)]
+    assert len(issues) == 8, "4 k-steps of S, then 4 of S2, each with register A"
+    split = ptx[:issues[4]].rfind("\n")
+    assert register_a_without_fresh_copy(ptx[:split]) == []
+    # the 16 registers last defined by a prmt copy are S's (above): none of S2's is
+    assert len(register_a_without_fresh_copy(ptx, pinned=True)) == 16
+
+
+def test_a_fence_built_without_lowering_copies():
+    """WgmmaFence.a_copy defaults to the copy, right for any fragment (the pin is right only
+    for one the loop redefines): IR built or parsed without lowering's decision gets it; the
+    printed IR names lowering's pins alone, and parses back to the same fences."""
+    from argus.compiler import lower_only
+    from argus.ir import ops as O
+    from argus.ir.parser import parse_kernel
+    from argus.ir.printer import print_kernel
+    assert O.WgmmaFence((), a_registers=True).a_copy is True
+    lowered = lower_only(looped)
+    text = print_kernel(lowered)
+    assert text.count("a_copy=false") == 1 and "a_copy=true" not in text
+    assert _fences(parse_kernel(text)) == _fences(lowered) == \
+        [(False, True), (False, True), (True, False)]
+
+
 def _nvdisasm() -> str | None:
     """nvdisasm as argus.runtime.toolkit finds it (NVDISASM=, PATH, CUDA, the pip wheel)."""
     from argus.runtime.toolkit import find_tool
