@@ -34,15 +34,21 @@ def wgmma_a_fence() -> str:
     """ARGUS_WGMMA_A_FENCE: "auto" (default) lets lowering choose, per register-A wgmma, a
     copy of the A registers where the fragment is loop-invariant and a pin (no instruction)
     elsewhere (lower/sync.py _a_copy); "copy" copies at every one (the fence of commit
-    9879b96), for timing the two against each other. Part of the compiled-kernel cache key
-    (KernelFunction's, argus/kernel_api.py); the memos of argus.ops (attention's _COMPILED,
-    decode's, MoE's ...) are keyed by schedule only, so a process that changes the variable
-    empties them (scripts/gpu_attention_bench.py a_fence does it for attention's)."""
+    9879b96), for timing the two against each other. One of build_choices: part of the key
+    of every cache of built kernels."""
     value = _flag("ARGUS_WGMMA_A_FENCE", "auto")
     if value not in ("auto", "copy"):
         raise ValueError(f"ARGUS_WGMMA_A_FENCE={value!r}: expected 'auto' or 'copy' "
                          "(unset it for auto)")
     return value
+
+
+def build_choices() -> tuple:
+    """The ARGUS_* values that change what a kernel builds to (lowering's choices): part of
+    the key of KernelFunction's compiled kernels (argus/kernel_api.py) and of argus.ops's memos
+    of built kernels and their launches (argus/ops/build_memo.py BuildMemo), so one process
+    can build, keep and run both choices (a benchmark times one against the other)."""
+    return (wgmma_a_fence(),)
 
 
 def accept_golden() -> bool:

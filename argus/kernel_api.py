@@ -50,12 +50,12 @@ class KernelFunction(KernelDef):
         return kernel
 
     def _build_key(self, **constexprs: Any) -> tuple:
-        """The cache key of a built kernel: its compile-time values and the lowering choice the
-        environment makes (ARGUS_WGMMA_A_FENCE, argus/config.py), so one process can build
-        both fences of the same kernel to time them."""
+        """The cache key of a built kernel: its compile-time values and the lowering choices the
+        environment makes (argus/config.py build_choices: ARGUS_WGMMA_A_FENCE), so one process
+        can build both fences of the same kernel to time them."""
         from argus import config
 
-        return self.cache_key(**constexprs), config.wgmma_a_fence()
+        return self.cache_key(**constexprs), config.build_choices()
 
     def compile(self, **constexprs: Any):
         """The CompiledKernel for these compile-time values (built once, then cached)."""

@@ -299,29 +299,19 @@ def a_fence(variant: str):
     every wgmma register-A fence an identity-prmt copy (the fence of commit 9879b96), instead
     of lowering's choice (copy only for a loop-invariant fragment: ping-pong's Q; argus/
     config.py). The variant's schedule is the same as without the token: the compiled
-    kernels (argus/kernel_api.py) key on the variable, so both builds live in one process;
-    the op's memos of kernels, launches and calls (argus.ops.attention, keyed by schedule)
-    are emptied on the way in and out, so its calls fetch the kernel of the fence in force."""
-    import importlib
+    kernels (argus/kernel_api.py) and the op's memos of kernels, launches and calls
+    (argus/ops/build_memo.py) key on the variable, so both builds live in one process and
+    its calls fetch the kernel of the fence in force."""
     import os
-
-    # the module: argus.ops's attribute `attention` is the op function
-    op = importlib.import_module("argus.ops.attention")
-
-    def forget():
-        for memo in (op._COMPILED, op._LAUNCHES, op._ENTRIES):
-            memo.clear()
 
     if "copyfence" not in variant.split("+"):
         yield
         return
     old = os.environ.get("ARGUS_WGMMA_A_FENCE")
     os.environ["ARGUS_WGMMA_A_FENCE"] = "copy"
-    forget()
     try:
         yield
     finally:
-        forget()
         if old is None:
             os.environ.pop("ARGUS_WGMMA_A_FENCE", None)
         else:

@@ -56,6 +56,7 @@ from argus.analysis.alignment import ALIGN_BYTES
 from argus.errors import LaunchError
 from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel, default_schedule
 from argus.kernels.attention_decode import MAX_QUERIES, DecodeSchedule
+from argus.ops.build_memo import BuildMemo
 from argus.ops.attention_decode import _eager, run_decode
 from argus.ops.attention_inputs import LAYOUTS, _bhsd, _check_strides, check  # noqa: F401
 from argus.runtime.driver import current_stream as _current_stream
@@ -63,11 +64,11 @@ from argus.runtime.driver import current_stream as _current_stream
 _WHO = "argus.ops.attention"
 _DTYPES = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
 # (head dim, dtype, causal, lse, schedule, device) -> compiled kernel; bounded.
-_COMPILED: OrderedDict = OrderedDict()
+_COMPILED: BuildMemo = BuildMemo()
 _MEMO_SIZE = 64
 # (buffers, dtype, device, mask, scale, schedule) -> prepared launch (raw pointers, no tensor
 # references); bounded.
-_LAUNCHES: OrderedDict = OrderedDict()
+_LAUNCHES: BuildMemo = BuildMemo()
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None,
@@ -224,7 +225,7 @@ def _run(q, k, v, causal: bool, scale: float, layout: str, return_lse: bool,
 # and the launch (decode does the same: attention_decode._Entry); the H200 measured 88 us of
 # host time a call against cuDNN's 42.
 
-_ENTRIES: dict = {}
+_ENTRIES: BuildMemo = BuildMemo()
 
 
 def _signature(q, k, v, causal, scale, layout, return_lse, schedule=None) -> tuple | None:

@@ -59,6 +59,7 @@ from argus.kernels.attention_decode import (MAX_QUERIES, MAX_SPLITS, DecodeSched
                                             combine_shape, decode_combine_kernel, decode_kernel,
                                             default_decode_schedule, fused_combine_pays,
                                             num_splits, with_fused_combine)
+from argus.ops.build_memo import BuildMemo
 from argus.ops.attention_inputs import _bhsd, _check_strides, check
 from argus.runtime.driver import current_stream as _current_stream
 
@@ -66,7 +67,7 @@ _WHO = "argus.ops.attention_decode"
 _DTYPES = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
 MAX_TILE_ROWS = 2 * ROWS        # packed rows one CTA takes (two consumer warpgroups)
 PAGE_SIZES = tuple(1 << i for i in range(4, 16))   # powers of two from 16
-_COMPILED: OrderedDict = OrderedDict()
+_COMPILED: BuildMemo = BuildMemo()
 _MEMO_SIZE = 64
 _ALIGN = 64                     # fp32 elements: workspace pieces start 256-byte aligned
 
@@ -205,7 +206,7 @@ def _pointers(q, k, v, block_table, seq_lens, out, ws) -> tuple:
             None if seq_lens is None else seq_lens.data_ptr())
 
 
-_ENTRIES: dict = {}
+_ENTRIES: BuildMemo = BuildMemo()
 _COUNTERS: dict = {}    # (device, stream, B, HKV) -> the fused kernel's counters (_Call.counters)
 
 

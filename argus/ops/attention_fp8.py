@@ -64,6 +64,7 @@ from collections import OrderedDict
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.attention import HEAD_DIMS, LOG2E, attention_kernel, fp8_schedule
+from argus.ops.build_memo import BuildMemo
 from argus.ops.attention import _compiled, for_scale, remember_launches
 from argus.ops.attention_decode import _eager
 from argus.ops.attention_inputs import LAYOUTS, _bhsd, _check_strides
@@ -78,7 +79,7 @@ _FP8 = "torch.float8_e4m3fn"
 # scripts/gpu_attention_bench.py's `shfl` token (both ops in one run), not an API
 PERMUTED_VT = True
 # (buffers, device, mask, scalars, schedule) -> prepared launch; bounded
-_LAUNCHES: OrderedDict = OrderedDict()
+_LAUNCHES: BuildMemo = BuildMemo()
 _MEMO_SIZE = 64
 
 
@@ -109,7 +110,7 @@ def attention_fp8(q, k, v, *, q_scale, k_scale, v_scale, causal: bool = False,
     return (out, lse) if return_lse else out
 
 
-_ENTRIES: dict = {}     # call signature -> argus.ops.attention._Entry
+_ENTRIES: BuildMemo = BuildMemo()     # call signature -> argus.ops.attention._Entry
 
 
 def _signature(q, k, v, scales, causal, layout, v_transposed, return_lse, schedule):
@@ -245,7 +246,7 @@ def kernel_v(v, layout: str, v_transposed: bool, launched: list | None = None):
 # scripts/gpu_fp8_vt_bench.py's old-versus-new run in one process, not an API
 VT_KERNEL = True
 # (head dim, permuted, device index, key stride) -> compiled V^T kernel
-_VT_COMPILED: dict = {}
+_VT_COMPILED: BuildMemo = BuildMemo()
 
 
 def _kernel_transpose(x, store, permuted: bool, launched: list | None = None) -> bool:
@@ -292,7 +293,7 @@ def _memoized(cache: OrderedDict, key, make):
 
 
 # (buffers, device, permuted) -> prepared V^T launch; bounded
-_VT_LAUNCHES: OrderedDict = OrderedDict()
+_VT_LAUNCHES: BuildMemo = BuildMemo()
 
 
 def _vt_plan(x, store, permuted: bool):

@@ -79,7 +79,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from argus import dtypes
@@ -89,12 +88,13 @@ from argus.kernels.gemm import GemmSchedule
 # round_to_tf32 (cvt.rna in torch): the tf32 kernel's weight operand, rounded once per repack
 # (per weight object and version); the judge's tf32 rung rounds with the same function
 from argus.numerics import round_to_tf32
+from argus.ops.build_memo import BuildMemo
 from argus.ops.weight_cache import DerivedCache, capturing
 from argus.runtime.driver import current_stream as _current_stream
 from argus.target.limits import SMEM_PER_CTA_OPTIN
 
 _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}
-_COMPILED: OrderedDict = OrderedDict()
+_COMPILED: BuildMemo = BuildMemo()
 _MEMO_SIZE = 256
 # (piece of x, piece of w) per K slot of the fp32 split, smallest products first: the same
 # table as argus/agent/split_numerics.py SLOTS (tests/interp/test_conv_interp.py holds them equal)
@@ -1523,7 +1523,7 @@ class _Gather:
         return self.geom.t * self.geom.r * self.slot + (bias and (2 if fp32 else 1))
 
 
-_DEPTHWISE: OrderedDict = OrderedDict()
+_DEPTHWISE: BuildMemo = BuildMemo()
 
 
 def _depthwise(x, weight, bias, stride, padding, dilation, activation: str):
@@ -1609,7 +1609,7 @@ def _depthwise(x, weight, bias, stride, padding, dilation, activation: str):
     return out, _RouteRepeat.Replay(launch, w_own is not None, b) if in_place else None
 
 
-_POINTWISE: OrderedDict = OrderedDict()
+_POINTWISE: BuildMemo = BuildMemo()
 
 
 # The 16-bit pointwise route's tiles where matmul has no tuned entry (`pointwise_tile`), in
@@ -1973,7 +1973,7 @@ def _pointwise_16bit(x, weight):
     return out, _RouteRepeat.Replay(launch, False, None)
 
 
-_IM2COL: OrderedDict = OrderedDict()
+_IM2COL: BuildMemo = BuildMemo()
 
 
 def _im2col_weight(weight, bias, gather: _Gather):
@@ -2270,7 +2270,7 @@ class _RouteRepeat:
             _REPEATS.pop(next(iter(_REPEATS)))
 
 
-_REPEATS: dict = {}
+_REPEATS: BuildMemo = BuildMemo()
 
 
 def _exact(args: tuple) -> tuple:

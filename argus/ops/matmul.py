@@ -23,6 +23,7 @@ from collections import OrderedDict
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm import GemmSchedule
+from argus.ops.build_memo import BuildMemo
 from argus.ops import split_k
 from argus.ops.dynamic_walk import DynamicMatmul
 from argus.ops.moe import card_of
@@ -33,12 +34,12 @@ _IN = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16}
 # Per-process memo of (problem, device) -> (schedule, compiled kernel): a repeated call costs a
 # dictionary lookup, not a disk read or a recompile. Bounded: dynamic shapes must not grow it
 # without limit.
-_CHOSEN: OrderedDict = OrderedDict()
+_CHOSEN: BuildMemo = BuildMemo()
 # Repeated calls on the same buffers (a training or decode loop, a benchmark) skip the checks
 # and the problem analysis: (pointers, shapes, strides, dtypes, device) -> the launch. Small
 # GEMMs run in tens of microseconds, so host time per call is part of what users measure.
-_LAUNCHES: OrderedDict = OrderedDict()
-_SPLIT_LAUNCHES: OrderedDict = OrderedDict()
+_LAUNCHES: BuildMemo = BuildMemo()
+_SPLIT_LAUNCHES: BuildMemo = BuildMemo()
 _MEMO_SIZE = 512
 # A split-K launch owns its fp32 workspace, so fewer of them are kept (least recently used
 # first out), and none while a CUDA graph is being captured: a captured launch would keep the
@@ -47,7 +48,7 @@ _SPLIT_MEMO_SIZE = 32
 # A tf32 launch replays its rounding passes too (_Tf32Replay) and owns their buffers (an
 # activation's rounded copy each): bounded by count as the split-K launches and by the bytes
 # of those buffers, least recently used first out; none kept while a graph is captured.
-_TF32_LAUNCHES: OrderedDict = OrderedDict()
+_TF32_LAUNCHES: BuildMemo = BuildMemo()
 _TF32_MEMO_BYTES = 1 << 30
 _DEVICE_NAMES: dict = {}
 _OUT = {"torch.bfloat16": dtypes.bf16, "torch.float16": dtypes.f16, "torch.float32": dtypes.f32}

@@ -67,6 +67,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL, GROUP,
                                    grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel,
                                    permute_quantize_kernel,
                                    quantize_1x128_kernel)
+from argus.ops.build_memo import BuildMemo
 from argus.ops.dynamic_walk import work_word
 from argus.ops.split_k import k_slices
 from argus.ops.weight_cache import DerivedCache
@@ -77,7 +78,7 @@ SCORINGS = ("softmax", "sigmoid")
 ACTIVATIONS = ("silu",)
 BH = 1024   # columns per step of the permute and combine kernels
 # (kernel, compile-time values) -> compiled kernel; bounded.
-_COMPILED: OrderedDict = OrderedDict()
+_COMPILED: BuildMemo = BuildMemo()
 _MEMO = 256
 # (layer, device, stream) -> intermediate buffers of small layers (see _workspace); bounded
 _WORKSPACES: OrderedDict = OrderedDict()
@@ -698,7 +699,7 @@ def _workspace(layer: Layer, device, interpret: bool) -> dict:
     if key is not None and nbytes <= _WORKSPACE_BYTES:
         # calls replayed on this workspace (_run): their launch plans hold its addresses, so
         # they live and go with it
-        ws.update(programs=OrderedDict(), stream=stream, nbytes=nbytes)
+        ws.update(programs=BuildMemo(), stream=stream, nbytes=nbytes)
         _WORKSPACES[key] = ws
         while len(_WORKSPACES) > 1 and (len(_WORKSPACES) > _WORKSPACE_COUNT or sum(
                 w["nbytes"] for w in _WORKSPACES.values()) > _WORKSPACE_TOTAL):

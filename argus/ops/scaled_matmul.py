@@ -50,7 +50,6 @@ costs a dictionary lookup and one launch (`_LAUNCHES`; with out=None also the al
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +57,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
                                     gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
+from argus.ops.build_memo import BuildMemo
 from argus.ops import fp8_schedules, fp8_split_k
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.fp8_split_k import Fp8SplitK
@@ -71,7 +71,7 @@ _WHO = "argus.ops.scaled_matmul"
 # Per-process memo of (problem, device, schedule, scale_a K-major in place) -> (compiled kernel,
 # smem_scales) (`_memo_key`; bounded:
 # dynamic shapes must not grow it without limit).
-_CHOSEN: OrderedDict = OrderedDict()
+_CHOSEN: BuildMemo = BuildMemo()
 # Repeated calls on the same buffers (a decode loop, a benchmark) skip the checks and the
 # choice: _launch_key (every tensor's pointer, shape, strides, dtype and device, out_dtype,
 # schedule) -> _Replay (into the caller's `out`: the prepared launch) or _FreshReplay (out=None:
@@ -82,11 +82,11 @@ _CHOSEN: OrderedDict = OrderedDict()
 # path cost the op 6-47 us over its prepared launch (128x8192x8192: 75.4 against 28.5 us): its
 # host time (checks, _overlap, the memo) outlasted the benchmark's L2 flush, leaving the device
 # idle between the flush and the kernel. Bounded as matmul's launch memo.
-_LAUNCHES: OrderedDict = OrderedDict()
+_LAUNCHES: BuildMemo = BuildMemo()
 # A split-K launch owns its [S, M, N] fp32 workspace: kept apart from _LAUNCHES and bounded as
 # matmul's split-K memo (_SPLIT_MEMO_SIZE, least recently used first out), so that many `out`
 # buffers pin at most that many workspaces, not 512 of them.
-_SPLIT_LAUNCHES: OrderedDict = OrderedDict()
+_SPLIT_LAUNCHES: BuildMemo = BuildMemo()
 
 
 def _aligned(t, elem_bytes: int) -> bool:
