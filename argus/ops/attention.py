@@ -254,7 +254,7 @@ def remember_launches(entries: dict, key: tuple, inputs: tuple, made: tuple,
         entry = entries[key] = _Entry(made[0].device,
                                       tuple((tuple(t.shape), t.dtype) for t in made))
         if len(entries) > _Entry.ENTRIES:
-            entries.pop(next(iter(entries)))
+            entries.popitem(last=False)   # the oldest (a BuildMemo: keys are stored wrapped)
     entry.remember(tuple(t.data_ptr() for t in inputs + made), plans)
 
 

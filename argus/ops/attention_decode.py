@@ -153,7 +153,7 @@ def run_decode(q, k, v, causal: bool, scale: float, layout: str, return_lse: boo
         entry = _Entry(call.out_shape, q.dtype, q.device, call.ws_numel, call.lse_shape)
         _ENTRIES[key] = entry
         if len(_ENTRIES) > _Entry.ENTRIES:
-            _ENTRIES.pop(next(iter(_ENTRIES)))
+            _ENTRIES.popitem(last=False)
     out, ws = call.allocate()
     plans = []
     stream = _current_stream(q.device.index)    # the plans' device (torch's stream)

@@ -2267,7 +2267,7 @@ class _RouteRepeat:
         _REPEATS.pop(key, None)
         _REPEATS[key] = r
         if len(_REPEATS) > _Repeat.ENTRIES:
-            _REPEATS.pop(next(iter(_REPEATS)))
+            _REPEATS.popitem(last=False)
 
 
 _REPEATS: BuildMemo = BuildMemo()
@@ -2414,7 +2414,7 @@ class _Repeat:
         _REPEATS.pop(key, None)
         _REPEATS[key] = r
         if len(_REPEATS) > cls.ENTRIES:
-            _REPEATS.pop(next(iter(_REPEATS)))
+            _REPEATS.popitem(last=False)
 
     def launch(self, x, weight):
         import torch
