@@ -16,6 +16,8 @@ from collections import OrderedDict
 
 from argus import config
 
+_choices = config.build_choices   # looked up once: the memos are on the ops' hot path
+
 
 class BuildMemo(OrderedDict):
     """An OrderedDict whose keys are (build choices, the caller's key) (module docstring).
@@ -24,25 +26,25 @@ class BuildMemo(OrderedDict):
     oldest with `popitem(last=False)`)."""
 
     def __getitem__(self, key):
-        return super().__getitem__((config.build_choices(), key))
+        return OrderedDict.__getitem__(self, (_choices(), key))
 
     def __setitem__(self, key, value) -> None:
-        super().__setitem__((config.build_choices(), key), value)
+        OrderedDict.__setitem__(self, (_choices(), key), value)
 
     def __delitem__(self, key) -> None:
-        super().__delitem__((config.build_choices(), key))
+        OrderedDict.__delitem__(self, (_choices(), key))
 
     def __contains__(self, key) -> bool:
-        return super().__contains__((config.build_choices(), key))
+        return OrderedDict.__contains__(self, (_choices(), key))
 
     def get(self, key, default=None):
-        return super().get((config.build_choices(), key), default)
+        return OrderedDict.get(self, (_choices(), key), default)
 
     def pop(self, key, *default):
-        return super().pop((config.build_choices(), key), *default)
+        return OrderedDict.pop(self, (_choices(), key), *default)
 
     def setdefault(self, key, default=None):
-        return super().setdefault((config.build_choices(), key), default)
+        return OrderedDict.setdefault(self, (_choices(), key), default)
 
     def move_to_end(self, key, last: bool = True) -> None:
-        super().move_to_end((config.build_choices(), key), last)
+        OrderedDict.move_to_end(self, (_choices(), key), last)
