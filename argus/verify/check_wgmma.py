@@ -489,9 +489,12 @@ def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
         for loop in loops:
             if not is_sum and _overwritten_each_iteration(loop.op, chain):
                 # every iteration starts the chain afresh (a partial a group's first wgmma
-                # overwrites, gemm_fp8.interval_promoted_mma): what the body reads after it
-                # is this iteration's own sum, which the k-once count takes per iteration
-                continue
+                # overwrites, gemm_fp8.interval_promoted_mma): refused only a read that a
+                # wgmma accumulating into the chain may follow before the next overwrite
+                bad = _read_before_accumulation(loop.op, values, promotions)
+                if bad is not None:
+                    return [_partial_read_obligation(model, site, loop, bad, is_sum)]
+                continue   # a loop nested in this one may still carry the chain
             if _carried_across(chain, loop.op, defs):
                 bad = _partial_read(loop.op, values, promotions)
                 if bad is not None:
@@ -502,18 +505,66 @@ def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
 
 def _overwritten_each_iteration(loop: O.For, chain: list[int]) -> bool:
     """Whether `loop`'s body overwrites the chain's accumulator (a wgmma with scale-d = 0 on
-    a value of `chain`) on every path through an iteration: outside any `ag.when` block, the
-    only ops here that may skip part of the body."""
-    def walk(region) -> bool:
+    a value of `chain`) on every path through an iteration: outside any `ag.when` block and
+    any nested loop (which may run zero times), the only ops here that may skip part of the
+    body (a produce / consume step's body runs once each time).
+
+    This asks whether the overwrite is on every path, not where it stands: a read before it
+    in the body sees the value the previous iteration left, which `_read_before_accumulation`
+    takes as finished (below); a read after it, before the iteration's other wgmma into the
+    chain, is refused there."""
+    return any(every and _restarts(op, chain) for op, every in _body_order(loop))
+
+
+def _body_order(loop: O.For) -> list[tuple[O.Op, bool]]:
+    """`loop`'s body in program order (pre-order, as Region.walk), each op with whether it
+    runs on every path through an iteration (not inside an `ag.when` block or a nested loop
+    of the body)."""
+    out: list[tuple[O.Op, bool]] = []
+
+    def walk(region, every: bool) -> None:
         for op in region.ops:
-            if isinstance(op, O.Wgmma) and op.overwrite and op.acc.id in chain:
-                return True
-            if isinstance(op, (O.If, O.For)):
-                continue   # may run zero times: not on every path
-            if any(walk(inner) for inner in op.regions()):
-                return True
-        return False
-    return walk(loop.body)
+            out.append((op, every))
+            for inner in op.regions():
+                walk(inner, every and not isinstance(op, (O.If, O.For)))
+    walk(loop.body, True)
+    return out
+
+
+def _restarts(op, values) -> bool:
+    """A wgmma that overwrites (scale-d = 0) an accumulator of the chain `values`."""
+    return isinstance(op, O.Wgmma) and op.overwrite and op.acc.id in values
+
+
+def _read_before_accumulation(loop: O.For, values: set[int], promotions: set[int]):
+    """In a loop that overwrites the chain on every path (`_overwritten_each_iteration`): the
+    first op of the body that reads a value of the chain without continuing it (as
+    `_partial_read`) and that a wgmma accumulating into the chain (scale-d = 1) may follow
+    before an overwrite on every path does, going on around the back edge; or None.
+
+    Why that is the partial-read rule here: the accumulator's value at an iteration's end (at
+    the back edge) has every wgmma of the iteration in it, and each iteration restarts it, so
+    no k of a later iteration can reach it: that value is finished, the sum of this group of
+    blocks, which the k-once count (promotion.py's group) takes per iteration. A read sees
+    that finished value exactly when no accumulation can come between it and the next
+    restart: a read after the iteration's last accumulating wgmma (the promotion, which reads
+    the group's own sum), or at the top of the body before the overwrite (the previous
+    iteration's sum, as the promotion read it). A read between the overwrite and a later
+    accumulating wgmma (a second K block of the group, a wgmma at the top of the body before
+    the overwrite, reached around the back edge) sees a partial, as in a loop that carries
+    the chain. An accumulation or overwrite inside an `ag.when` block or a nested loop may
+    not run: such an accumulation counts as following the read, such an overwrite does not
+    stop the search (sound: an overwrite that may be skipped restarts nothing)."""
+    order = _body_order(loop)
+    for i, (op, _) in enumerate(order):
+        if not _reads_partial(op, values, promotions):
+            continue
+        for later, every in order[i + 1:] + order[:i]:
+            if isinstance(later, O.Wgmma) and later.acc.id in values and not later.overwrite:
+                return op
+            if every and _restarts(later, values):
+                break
+    return None
 
 
 def _chain_values(kernel, defs: dict, chain: list[int]) -> set[int]:
@@ -539,23 +590,26 @@ def _chain_values(kernel, defs: dict, chain: list[int]) -> set[int]:
 def _partial_read(loop: O.For, values: set[int], promotions: set[int]):
     """The first op in `loop`'s body that reads a value of the chain `values` without
     continuing it, or None (`_read_mid_reduction`)."""
-    for op in loop.body.walk():
-        if isinstance(op, outflow._NO_DATA):
-            continue
-        reads = [v for v in op.operands() if v.id in values]
-        if not reads:
-            continue
-        if isinstance(op, O.Wgmma):
-            # accumulating into it in place continues the chain; an A or B operand does not
-            reads = [v for v in reads if v is not op.acc]
-        elif isinstance(op, O.Assign) and op.dst.id in values:
-            continue   # the loop-carried update, a rescale assigned back (`o = o * alpha`)
-        elif isinstance(op, (O.Var, O.Elementwise)) and \
-                any(x.id in values or x.id in promotions for x in op.results()):
-            continue   # a variable of the chain taking its initial value, the rescale
-        if reads:
-            return op
-    return None
+    return next((op for op in loop.body.walk() if _reads_partial(op, values, promotions)),
+                None)
+
+
+def _reads_partial(op, values: set[int], promotions: set[int]) -> bool:
+    """Whether `op` reads a value of the chain `values` without continuing it."""
+    if isinstance(op, outflow._NO_DATA):
+        return False
+    reads = [v for v in op.operands() if v.id in values]
+    if not reads:
+        return False
+    if isinstance(op, O.Wgmma):
+        # accumulating into it in place continues the chain; an A or B operand does not
+        return any(v is not op.acc for v in reads)
+    if isinstance(op, O.Assign) and op.dst.id in values:
+        return False   # the loop-carried update, a rescale assigned back (`o = o * alpha`)
+    if isinstance(op, (O.Var, O.Elementwise)) and \
+            any(x.id in values or x.id in promotions for x in op.results()):
+        return False   # a variable of the chain taking its initial value, the rescale
+    return True
 
 
 def _partial_read_obligation(model: Model, site: WgmmaSite, loop, bad,

@@ -103,3 +103,59 @@ def make_gemm_region_rescale(bug: str | None = None):
             ag.store(C, (r.pid_m * G.BM + wg * 64, r.pid_n * BN), out.to(ag.bf16))
 
     return gemm_region_rescale
+
+
+def make_interval_chain_read(bug: str | None = None):
+    """Interval promotion's shape (gemm_fp8.py `interval_promoted_mma`, every = 2): each group
+    of two K blocks starts the partial afresh (the first block's wgmma overwrites it), the
+    second accumulates, and the group's sum is added into the fp32 sum; the blocks past the
+    last whole group are promoted one by one. The partial-read rule skips the group loop only
+    because every iteration overwrites the partial first (check_wgmma.py
+    `_overwritten_each_iteration`).
+    `top_read`: the partial copied at the top of a group, before its overwrite (it holds the
+    previous group's whole sum, as the promotion read it; the copy is added to nothing).
+    `mid_group`: the partial copied after the group's first block, before its second, and the
+    copy added into the sum (a partial read mid-reduction inside an iteration that overwrote
+    it). `guarded`: the overwrite only in the first group (`ag.when(g == 0)`, a later group
+    accumulates onto the earlier ones, which the promotion adds again), and the partial
+    copied at the top of the group: the loop no longer overwrites it on every path, so the
+    read sees a partial carried across groups. `nested`: the overwrite in a loop of its own
+    (`ag.range(1)`: a loop, which the rule takes as one that may run zero times), the same
+    read before it."""
+    from tests.fp8_k_loops import k_loop_kernel
+
+    def k_loop(ring, k_steps, wg):
+        acc = ag.zeros((64, BN), ag.f32)
+        part = ag.zeros((64, BN), ag.f32)
+        seen = ag.zeros((64, BN), ag.f32)
+
+        def block(first: bool) -> None:
+            with ring.pipe.consume() as stage:
+                ag.wgmma(ring.a[stage].rows_of(wg * 64, 64), ring.b[stage].rows_of(0, BN),
+                         part, trans_b=False, overwrite=first)
+
+        for g in ag.range(k_steps // 2):
+            if bug in ("top_read", "guarded", "nested"):
+                seen = part + 0.0  # BUG:top_read BUG:guarded BUG:nested
+            if bug == "guarded":
+                with ag.when(g == 0):  # BUG:guarded
+                    block(True)
+                with ag.when(g != 0):
+                    block(False)
+            elif bug == "nested":
+                for _ in ag.range(1):  # BUG:nested
+                    block(True)
+            else:
+                block(True)
+            if bug == "mid_group":
+                seen = part + 0.0  # BUG:mid_group
+            block(False)
+            acc = acc + part * 0.5
+            if bug == "mid_group":
+                acc = acc + seen * 0.0  # BUG:mid_group
+        for t in ag.range(k_steps % 2):
+            block(True)
+            acc = acc + part * 0.5
+        return acc + seen * 0.0 if bug == "top_read" else acc
+
+    return k_loop_kernel(f"interval_chain_read_{bug or 'clean'}", k_loop)

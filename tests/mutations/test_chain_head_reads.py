@@ -238,3 +238,50 @@ def test_a_snapshot_inside_an_ag_when_block_is_still_caught():
     placed = S.assert_caught(G.make_gemm_region_rescale("snapshot").trace(),
                              ("wgmma.k-once",), FILE, "snapshot")
     assert all(_READ in d.message for d in placed), placed
+
+
+
+def _assert_read_at_bug_line(bug: str) -> None:
+    """The interval kernel with `bug` has a read-mid-reduction finding that names one of the
+    BUG lines as the read (the findings, not the diagnostics: at the wgmma's line the
+    diagnostic shown is the coverage finding promotion.py's refusal of the group leaves)."""
+    found = _read_mid_reduction(_not_proven(
+        verify.run(G.make_interval_chain_read(bug).trace()), "wgmma.k-once"))
+    lines = S.bug_lines(FILE, bug)
+    assert lines and any(f"is read at {FILE.name}:{n} " in f.message
+                         for f in found for n in lines), (lines, found)
+
+def test_the_interval_promoted_loop_verifies_clean():
+    """Each group's first wgmma overwrites the partial, the promotion reads the group's own
+    sum: the partial-read rule skips the loop (`_overwritten_each_iteration`), promotion.py
+    takes the group."""
+    S.assert_clean(G.make_interval_chain_read().trace())
+
+
+@pytest.mark.parametrize("bug", ["guarded", "nested"])
+def test_a_read_before_an_overwrite_not_on_every_path_is_caught_at_its_line(bug):
+    """The overwrite under `ag.when(g == 0)` or in a nested loop: an iteration may skip it,
+    so the partial is carried across groups and the read at the top of the group sees a
+    partial. Missed if the exemption took an overwrite in a block or a nested loop as one
+    on every path (the coverage findings promotion.py's refusal leaves are not the read)."""
+    _assert_read_at_bug_line(bug)
+
+
+def test_a_read_after_the_overwrite_before_the_group_ends_is_caught_at_its_line():
+    """`seen = part + 0.0` between the group's overwriting wgmma and its second block: the
+    loop overwrites the partial on every path, but the read sees the group half summed.
+    Missed by the exemption of eacfd24c (it skipped the loop whatever stood after the
+    overwrite; only the coverage findings of promotion.py's refusal were left)."""
+    _assert_read_at_bug_line("mid_group")
+
+
+def test_a_read_at_the_top_of_the_group_is_no_partial_read():
+    """The copy at the top of a group, before its overwrite, holds the previous group's
+    whole sum (what the promotion read): the partial-read rule takes it as finished
+    (`_read_before_accumulation`). The kernel is refused all the same, by coverage: promotion.py
+    takes no group with an observer of the partial (so a change that made this a read
+    finding, or made the kernel clean, shows here)."""
+    found = _not_proven(verify.run(G.make_interval_chain_read("top_read").trace()),
+                        "wgmma.k-once")
+    assert found and not _read_mid_reduction(found), found
+    assert all("covers [0, K)" in f.subject for f in found), found
