@@ -493,7 +493,8 @@ def _read_mid_reduction(model: Model, site: WgmmaSite) -> list[Obligation]:
                 # wgmma accumulating into the chain may follow before the next overwrite
                 bad = _read_before_accumulation(loop.op, values, promotions)
                 if bad is not None:
-                    return [_partial_read_obligation(model, site, loop, bad, is_sum)]
+                    return [_partial_read_obligation(model, site, loop, bad, is_sum,
+                                                     restarted=True)]
                 continue   # a loop nested in this one may still carry the chain
             if _carried_across(chain, loop.op, defs):
                 bad = _partial_read(loop.op, values, promotions)
@@ -613,27 +614,38 @@ def _reads_partial(op, values: set[int], promotions: set[int]) -> bool:
 
 
 def _partial_read_obligation(model: Model, site: WgmmaSite, loop, bad,
-                             is_sum: bool) -> Obligation:
-    """The violated k-once of `_read_mid_reduction`: `bad` reads the chain in `loop`."""
+                             is_sum: bool, restarted: bool = False) -> Obligation:
+    """The violated k-once of `_read_mid_reduction`: `bad` reads the chain in `loop`;
+    `restarted`: a loop that overwrites the accumulator every iteration
+    (`_read_before_accumulation`), where the read precedes an accumulation of the same
+    iteration (or of the next, before its overwrite) rather than one of a later iteration."""
     op = site.op
     what = (f"the sum the wgmma at {op.loc} is promoted into" if is_sum else
             f"the accumulator of the wgmma at {op.loc}")
+    where, missing, fix = (
+        f"inside the loop at {loop.op.loc} it sums over", "the iterations still to come",
+        f"read the accumulator after the loop at {loop.op.loc}")
+    if restarted:
+        where, missing, fix = (
+            f"in the loop at {loop.op.loc}, which restarts it every iteration, where a wgmma "
+            f"accumulating into it may follow before the next restart",
+            "the wgmma still to come before the restart",
+            "read it after the last wgmma accumulating into it before the next overwrite")
 
     def decode(zm, violated):
         wit = W.context(model, zm, site.site)
         wit["read_at"] = str(bad.loc)
-        return W.placed(f"{what} is read at {bad.loc} inside the loop at {loop.op.loc} it "
-                        f"sums over, by an op that does not continue its chain: that read "
-                        f"sees a partial product (the k of the iterations still to come are "
-                        f"missing), and what it computes leaves k dropped or counted twice "
-                        f"wherever it flows", wit), wit
+        return W.placed(f"{what} is read at {bad.loc} {where}, by an op that does not "
+                        f"continue its chain: that read sees a partial product (the k of "
+                        f"{missing} are missing), and what it computes leaves k dropped or "
+                        f"counted twice wherever it flows", wit), wit
     return Obligation("wgmma.k-once", op.loc, f"k of wgmma at {op.loc}: the accumulator is "
                       f"read only once its reduction is finished",
                       list(model.premises) + site.site.constraints(),
                       [("no read of a partial accumulator inside its reduction loop",
                         z3.BoolVal(False))], decode,
-                      fix=f"read the accumulator after the loop at {loop.op.loc} (or fold the "
-                          f"op into the chain: a rescale `acc = acc * f` assigned back)")
+                      fix=f"{fix} (or fold the op into the chain: a rescale `acc = acc * f` "
+                          f"assigned back)")
 
 
 def _points_of(kernel, targets: list) -> set[tuple[int, ...]]:
