@@ -46,7 +46,7 @@ def wgmma_a_fence() -> str:
 def build_choices() -> tuple:
     """The ARGUS_* values that change what a kernel builds to (lowering's choices): part of
     the key of KernelFunction's compiled kernels (argus/kernel_api.py) and of argus.ops's memos
-    of built kernels and their launches (argus/ops/build_memo.py BuildMemo), so one process
+    of built kernels and their launches (argus/build_memo.py BuildMemo), so one process
     can build, keep and run both choices (a benchmark times one against the other)."""
     return (wgmma_a_fence(),)
 

@@ -300,7 +300,7 @@ def a_fence(variant: str):
     of lowering's choice (copy only for a loop-invariant fragment: ping-pong's Q; argus/
     config.py). The variant's schedule is the same as without the token: the compiled
     kernels (argus/kernel_api.py) and the op's memos of kernels, launches and calls
-    (argus/ops/build_memo.py) key on the variable, so both builds live in one process and
+    (argus/build_memo.py) key on the variable, so both builds live in one process and
     its calls fetch the kernel of the fence in force."""
     import os
 

@@ -17,6 +17,7 @@ import torch
 
 import argus as ag
 from argus import config
+from argus.build_memo import BuildMemo
 from argus.compose import tile
 from argus.runtime import gpu_gate
 
@@ -28,7 +29,8 @@ from argus.runtime import gpu_gate
 # site passes them alike); values that do not hash take the compile lookup every time.
 # Bounded (oldest first out): every composed program renders kernels of its own, and a
 # process that lowers many models (the judge) must not keep all of them.
-_COMPILED: dict = {}
+# A BuildMemo (argus/build_memo.py): keyed on the build choices too (ARGUS_WGMMA_A_FENCE).
+_COMPILED: BuildMemo = BuildMemo()
 _COMPILED_MAX = 512
 
 
@@ -68,7 +70,7 @@ def run(kernel, tensors, **constexprs):
         _launch(kernel, tensors, constexprs)
         if key is not None:
             if len(_COMPILED) >= _COMPILED_MAX:
-                del _COMPILED[next(iter(_COMPILED))]
+                _COMPILED.popitem(last=False)
             _COMPILED[key] = (kernel.built(**constexprs) or kernel.compile(**constexprs),
                               config.verify_level() >= 1)
         return

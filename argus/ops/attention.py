@@ -56,7 +56,7 @@ from argus.analysis.alignment import ALIGN_BYTES
 from argus.errors import LaunchError
 from argus.kernels.attention import LOG2E, AttentionSchedule, attention_kernel, default_schedule
 from argus.kernels.attention_decode import MAX_QUERIES, DecodeSchedule
-from argus.ops.build_memo import BuildMemo
+from argus.build_memo import BuildMemo
 from argus.ops.attention_decode import _eager, run_decode
 from argus.ops.attention_inputs import LAYOUTS, _bhsd, _check_strides, check  # noqa: F401
 from argus.runtime.driver import current_stream as _current_stream

@@ -59,7 +59,7 @@ from argus.kernels.attention_decode import (MAX_QUERIES, MAX_SPLITS, DecodeSched
                                             combine_shape, decode_combine_kernel, decode_kernel,
                                             default_decode_schedule, fused_combine_pays,
                                             num_splits, with_fused_combine)
-from argus.ops.build_memo import BuildMemo
+from argus.build_memo import BuildMemo
 from argus.ops.attention_inputs import _bhsd, _check_strides, check
 from argus.runtime.driver import current_stream as _current_stream
 

@@ -64,7 +64,7 @@ from collections import OrderedDict
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.attention import HEAD_DIMS, LOG2E, attention_kernel, fp8_schedule
-from argus.ops.build_memo import BuildMemo
+from argus.build_memo import BuildMemo
 from argus.ops.attention import _compiled, for_scale, remember_launches
 from argus.ops.attention_decode import _eager
 from argus.ops.attention_inputs import LAYOUTS, _bhsd, _check_strides

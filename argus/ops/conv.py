@@ -88,7 +88,7 @@ from argus.kernels.gemm import GemmSchedule
 # round_to_tf32 (cvt.rna in torch): the tf32 kernel's weight operand, rounded once per repack
 # (per weight object and version); the judge's tf32 rung rounds with the same function
 from argus.numerics import round_to_tf32
-from argus.ops.build_memo import BuildMemo
+from argus.build_memo import BuildMemo
 from argus.ops.weight_cache import DerivedCache, capturing
 from argus.runtime.driver import current_stream as _current_stream
 from argus.target.limits import SMEM_PER_CTA_OPTIN

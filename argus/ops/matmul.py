@@ -23,7 +23,7 @@ from collections import OrderedDict
 from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm import GemmSchedule
-from argus.ops.build_memo import BuildMemo
+from argus.build_memo import BuildMemo
 from argus.ops import split_k
 from argus.ops.dynamic_walk import DynamicMatmul
 from argus.ops.moe import card_of

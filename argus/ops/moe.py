@@ -67,7 +67,7 @@ from argus.kernels.moe_fp8 import (FP8_PREFILL_SPLIT_SMEM_TMA, FP8_SMALL, GROUP,
                                    grouped_gemm_fp8_kernel, grouped_gemm_fp8_smem_kernel,
                                    permute_quantize_kernel,
                                    quantize_1x128_kernel)
-from argus.ops.build_memo import BuildMemo
+from argus.build_memo import BuildMemo
 from argus.ops.dynamic_walk import work_word
 from argus.ops.split_k import k_slices
 from argus.ops.weight_cache import DerivedCache

@@ -57,7 +57,7 @@ from argus import dtypes
 from argus.errors import LaunchError
 from argus.kernels.gemm_fp8 import (SCALE_BLOCK, Fp8GemmSchedule, gemm_fp8_blockscaled_kernel,
                                     gemm_fp8_blockscaled_smem_kernel, gemm_fp8_kernel)
-from argus.ops.build_memo import BuildMemo
+from argus.build_memo import BuildMemo
 from argus.ops import fp8_schedules, fp8_split_k
 from argus.ops.fp8_schedules import Fp8Problem, choose
 from argus.ops.fp8_split_k import Fp8SplitK

@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from argus.build_memo import BuildMemo
 from argus.compose import launch, runtime
 
 
@@ -154,7 +155,7 @@ class _Kernel:
 
 @pytest.mark.parametrize("gate_held", [False, True])
 def test_repeat_launch_skips_the_compile_lookup(gate_held, monkeypatch):
-    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_COMPILED", BuildMemo())
     monkeypatch.setattr(launch.gpu_gate, "holding_shared", lambda: gate_held)
     monkeypatch.setenv("ARGUS_VERIFY", "0")
     k, t = _Kernel(), _FakeCuda()
@@ -173,7 +174,7 @@ def test_repeat_launch_skips_the_compile_lookup(gate_held, monkeypatch):
 def test_unverified_kernel_is_not_reused_once_verification_is_asked(monkeypatch):
     """KernelFunction.built's rule: a kernel built with ARGUS_VERIFY=0 is compiled (and
     verified) again when a later launch asks for verification."""
-    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_COMPILED", BuildMemo())
     monkeypatch.setattr(launch.gpu_gate, "holding_shared", lambda: False)
     k, t = _Kernel(), _FakeCuda()
     monkeypatch.setenv("ARGUS_VERIFY", "0")
@@ -186,7 +187,7 @@ def test_unverified_kernel_is_not_reused_once_verification_is_asked(monkeypatch)
 
 
 def test_compiled_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_COMPILED", BuildMemo())
     monkeypatch.setattr(launch, "_COMPILED_MAX", 4)
     monkeypatch.setattr(launch.gpu_gate, "holding_shared", lambda: False)
     monkeypatch.setenv("ARGUS_VERIFY", "0")
@@ -195,4 +196,5 @@ def test_compiled_cache_is_bounded(monkeypatch):
     for k in kernels:
         launch.run(k, (t,))
     assert len(launch._COMPILED) == 4
-    assert all(key[0] is not kernels[0] for key in launch._COMPILED)
+    # the stored keys are (build choices, (kernel, *constexprs)): the oldest two are out
+    assert [key[1][0] for key in launch._COMPILED] == kernels[2:]

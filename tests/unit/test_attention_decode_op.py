@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import importlib
+from argus.build_memo import BuildMemo
 from argus.errors import LaunchError
 from argus.kernels.attention_decode import (MAX_QUERIES, DecodeSchedule,
                                             default_decode_schedule, num_splits)
@@ -187,7 +188,7 @@ def _stub_the_device(monkeypatch):
     monkeypatch.setattr(mod, "_check_paged", check_paged)
     monkeypatch.setattr(mod._Call, "__init__", decide)
     monkeypatch.setattr(torch, "empty", _Allocator(torch.empty))
-    monkeypatch.setattr(mod, "_ENTRIES", {})
+    monkeypatch.setattr(mod, "_ENTRIES", BuildMemo())
     return calls
 
 

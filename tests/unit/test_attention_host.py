@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 
+from argus.build_memo import BuildMemo
 from argus.errors import LaunchError
 from argus.kernels.attention import LOG2E
 from argus.runtime import context, driver
@@ -109,7 +110,7 @@ def _stub_the_device(monkeypatch):
     monkeypatch.setattr(attention_mod, "check", check)
     monkeypatch.setattr(attention_mod, "_compiled", lambda *a: Kernel())
     monkeypatch.setattr(attention_mod, "_current_stream", lambda index: 7)
-    monkeypatch.setattr(attention_mod, "_ENTRIES", {})
+    monkeypatch.setattr(attention_mod, "_ENTRIES", BuildMemo())
     monkeypatch.setattr(attention_mod, "_LAUNCHES", type(attention_mod._LAUNCHES)())
     monkeypatch.setattr(torch.cuda, "device", lambda d: _Null())
     monkeypatch.setattr(torch.cuda, "current_stream",
@@ -406,7 +407,7 @@ def _stub_fp8(monkeypatch):
     monkeypatch.setattr(fp8_mod, "check_fp8", check_fp8)
     monkeypatch.setattr(fp8_mod, "_kernel_transpose", kernel_transpose)
     monkeypatch.setattr(fp8_mod, "_compiled", lambda *a: attention_mod._compiled())
-    monkeypatch.setattr(fp8_mod, "_ENTRIES", {})
+    monkeypatch.setattr(fp8_mod, "_ENTRIES", BuildMemo())
     monkeypatch.setattr(fp8_mod, "_LAUNCHES", type(fp8_mod._LAUNCHES)())
     return calls, fake
 

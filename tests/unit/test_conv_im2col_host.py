@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from argus.build_memo import BuildMemo
 from argus.ops import conv as conv_op
 from argus.runtime import context, driver
 from tests.host_timing import least_cpu_per_call
@@ -117,7 +118,7 @@ def _stub(monkeypatch):
     monkeypatch.setitem(context._CONTEXTS, 0, 1)
     monkeypatch.setattr(conv_op, "_im2col_compiled", lambda *a: gather)
     monkeypatch.setattr(conv_op, "pointwise_gemm", lambda *a: (None, gemm))
-    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    monkeypatch.setattr(conv_op, "_REPEATS", BuildMemo())
     monkeypatch.setattr(torch.cuda, "device", lambda d: _Null())
     monkeypatch.setattr(torch.cuda, "current_stream",
                         lambda d=None: types.SimpleNamespace(cuda_stream=7))
@@ -272,7 +273,7 @@ def test_replays_match_a_fresh_call_bit_for_bit(chunked, bias, kept, monkeypatch
     x buffer behind the same object), one image a chunk or the batch in one, is bit-identical
     to a fresh call on the same values (the _REPEATS entry dropped first). `kept`: the weight
     cache keeps CPU repacks, as it keeps GPU ones (the replay then holds the repack)."""
-    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    monkeypatch.setattr(conv_op, "_REPEATS", BuildMemo())
     monkeypatch.setattr(conv_op._WEIGHTS, "cpu", kept)
     conv_op._WEIGHTS.clear()
     x, w, b = _interp_problem(1, bias)
@@ -342,7 +343,7 @@ def test_the_replay_keeps_no_bias_alive(kept, monkeypatch):
     import gc
     import weakref
 
-    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    monkeypatch.setattr(conv_op, "_REPEATS", BuildMemo())
     monkeypatch.setattr(conv_op._WEIGHTS, "cpu", kept)
     conv_op._WEIGHTS.clear()
     x, w, b = _interp_problem(1, True)
@@ -361,7 +362,7 @@ def test_an_nchw_result_replays_like_a_fresh_call(chunked, monkeypatch):
     """The NCHW-result form (`im2col_nchw`: one GEMM an image into its [K, pixels] plane; the
     image bound lowered here) replays bit-identical to a fresh call after x's values change
     and after an in-place weight update, whole batch or one image a chunk."""
-    monkeypatch.setattr(conv_op, "_REPEATS", {})
+    monkeypatch.setattr(conv_op, "_REPEATS", BuildMemo())
     monkeypatch.setattr(conv_op._WEIGHTS, "cpu", True)
     monkeypatch.setattr(conv_op, "NCHW_IM2COL_IMAGE_BYTES", 1)
     conv_op._WEIGHTS.clear()

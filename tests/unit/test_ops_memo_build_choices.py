@@ -1,5 +1,5 @@
 """argus.ops's memos of built kernels key on the environment's build choices too
-(argus/ops/build_memo.py, argus.config.build_choices: ARGUS_WGMMA_A_FENCE). They were keyed by
+(argus/build_memo.py, argus.config.build_choices: ARGUS_WGMMA_A_FENCE). They were keyed by
 schedule only, so a process that changed the variable got the kernel built before the change
 from every op but the bench, which emptied attention's memos by hand (h314 follow-up)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import types
 import pytest
 
 from argus import config, dtypes
-from argus.ops.build_memo import BuildMemo
+from argus.build_memo import BuildMemo
 
 
 def test_build_memo_keys_on_the_fence_choice(monkeypatch):
@@ -43,7 +43,8 @@ def test_every_kernel_memo_of_the_ops_is_a_build_memo():
              conv: ("_COMPILED", "_DEPTHWISE", "_POINTWISE", "_IM2COL", "_REPEATS"),
              matmul: ("_CHOSEN", "_LAUNCHES", "_SPLIT_LAUNCHES", "_TF32_LAUNCHES"),
              scaled_matmul: ("_CHOSEN", "_LAUNCHES", "_SPLIT_LAUNCHES"),
-             moe: ("_COMPILED",)}
+             moe: ("_COMPILED",),
+             importlib.import_module("argus.compose.launch"): ("_COMPILED",)}
     plain = [f"{m.__name__}.{n}" for m, names in memos.items() for n in names
              if not isinstance(getattr(m, n), BuildMemo)]
     assert plain == []

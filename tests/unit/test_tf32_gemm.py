@@ -13,6 +13,7 @@ import pytest
 
 import argus as ag
 from argus import codegen, dtypes
+from argus.build_memo import BuildMemo
 from argus.codegen.wgmma import WgmmaSpec, wgmma_function_name, wgmma_function_source
 from argus.compiler import lower_only
 from argus.ir.parser import parse_kernel
@@ -597,15 +598,14 @@ def test_tf32_replay_checks_kept_operands_and_replays_passes():
     dead = mm._Kept("tf32 B^T", weakref.ref(torch.empty(1)))   # freed: refused
     assert not dead.check(w.T)
     # the byte bound: the least recently used replays go first, the newest stays
-    saved = dict(mm._TF32_LAUNCHES), mm._TF32_MEMO_BYTES
+    saved = mm._TF32_LAUNCHES, mm._TF32_MEMO_BYTES
     try:
-        mm._TF32_LAUNCHES.clear()
+        mm._TF32_LAUNCHES = BuildMemo()
         mm._TF32_MEMO_BYTES = 2 * buf.numel() * 4
         for key in range(3):
             mm._remember_tf32(key, replay)
-        assert list(mm._TF32_LAUNCHES) == [1, 2]
+        assert [0 in mm._TF32_LAUNCHES, 1 in mm._TF32_LAUNCHES, 2 in mm._TF32_LAUNCHES] == \
+            [False, True, True] and len(mm._TF32_LAUNCHES) == 2
     finally:
-        mm._TF32_LAUNCHES.clear()
-        mm._TF32_LAUNCHES.update(saved[0])
-        mm._TF32_MEMO_BYTES = saved[1]
+        mm._TF32_LAUNCHES, mm._TF32_MEMO_BYTES = saved
         mm._TF32_OPERANDS.clear()

@@ -1,5 +1,6 @@
-"""The memo type of argus.ops's per-process caches that hold built kernels (or what holds them:
-prepared launches, replayable call entries, chosen (schedule, kernel) pairs).
+"""The memo type of the per-process caches that hold built kernels (or what holds them:
+prepared launches, replayable call entries, chosen (schedule, kernel) pairs): argus.ops's and
+argus.compose.launch's.
 
 Their callers key them by what the op sees (schedule, shapes, buffers, device); a built kernel
 also depends on the lowering choices the environment makes (argus.config.build_choices:
