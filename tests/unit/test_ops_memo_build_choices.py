@@ -5,6 +5,7 @@ from every op but the bench, which emptied attention's memos by hand (h314 follo
 from __future__ import annotations
 
 import importlib
+import os
 import types
 
 import pytest
@@ -21,11 +22,11 @@ def test_build_memo_keys_on_the_fence_choice(monkeypatch):
     assert "k" not in memo and memo.get("k") is None
     memo["k"] = "copied"
     assert memo["k"] == "copied" and len(memo) == 2
-    monkeypatch.setenv("ARGUS_WGMMA_A_FENCE", "auto")
+    monkeypatch.delenv("ARGUS_WGMMA_A_FENCE")
     assert memo["k"] == "pinned"
     memo.move_to_end("k")
-    # the ops' eviction: the oldest entry, the copy's now
-    assert memo.popitem(last=False) == ((("copy",), "k"), "copied")
+    # the ops' eviction: the oldest entry, the copy's now (the key holds the raw value)
+    assert memo.popitem(last=False) == (((b"copy",), "k"), "copied")
     assert memo.pop("k") == "pinned" and not memo
 
 
@@ -74,12 +75,27 @@ def test_attention_op_builds_again_when_the_fence_choice_changes(monkeypatch):
     monkeypatch.setenv("ARGUS_WGMMA_A_FENCE", "copy")
     copied = op._compiled(128, dtypes.bf16, False, True, s, device)
     assert copied is not first and (first.fence, copied.fence) == ("auto", "copy")
-    monkeypatch.setenv("ARGUS_WGMMA_A_FENCE", "auto")
+    monkeypatch.delenv("ARGUS_WGMMA_A_FENCE")
     assert op._compiled(128, dtypes.bf16, False, True, s, device) is first
     assert len(built) == 2
 
 
-def test_an_unknown_fence_choice_is_refused(monkeypatch):
+def test_an_unknown_fence_choice_is_refused_where_lowering_reads_it(monkeypatch):
     monkeypatch.setenv("ARGUS_WGMMA_A_FENCE", "pin")
+    assert BuildMemo().get("k") is None          # the memo keys on the raw value
     with pytest.raises(ValueError, match="expected 'auto' or 'copy'"):
-        BuildMemo().get("k")
+        config.wgmma_a_fence()
+
+
+@pytest.mark.parametrize("value", [None, "copy", "auto", "pin"])
+def test_build_choices_read_what_os_environ_holds(monkeypatch, value):
+    """build_choices reads os.environ's encoded table (the fast path on the ops' call path):
+    it must see every write made through os.environ, and unset as None."""
+    if value is None:
+        monkeypatch.delenv("ARGUS_WGMMA_A_FENCE", raising=False)
+    else:
+        monkeypatch.setenv("ARGUS_WGMMA_A_FENCE", value)
+    raw = config.build_choices()
+    assert raw == (None if value is None else value.encode(),)
+    assert raw == tuple(None if v is None else v.encode()
+                        for v in map(os.environ.get, config._BUILD_CHOICE_NAMES))
