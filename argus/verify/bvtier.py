@@ -82,6 +82,96 @@ def _bounds(premises) -> dict[str, list]:
     return out
 
 
+def _literal(t) -> tuple[int, bool]:
+    """(atom's ast id, value) of a Boolean term: `t` holds iff the atom has that value
+    (`not a` is (a, False))."""
+    return (t.arg(0).get_id(), False) if z3.is_not(t) else (t.get_id(), True)
+
+
+def _guarded_bounds(premises, claims, bounds) -> dict[str, tuple]:
+    """{name: (variable, its bounds)} of the variables the premises bound only under a guard:
+    a Boolean term g without such variables such that every occurrence of the variable, in
+    the premises and the claims, sits where its value matters only when g holds (a branch
+    of `If(g, a, b)`, a disjunct of `Or(not g, x)`, a conjunct of `And(g, x)`), and premises
+    `Or(not g, And(bounds...))` bound it by terms of variables bounded everywhere. Such
+    variables come from a read resolved against two writers (a pipeline stage written by the
+    loop's first TMA site or by the steady state's: each writer's iteration is bounded only
+    where it is the writer); before, they left the whole query outside this tier (FP8
+    attention 128 x 256's k-once injectivity: z3's integer core 16M resource units, three
+    times the default budget; bit-blasted 60k).
+
+    Exact for proofs: from a model of the integer query, setting every guarded variable whose
+    guard is false to its interval's low end changes no truth value (each of its occurrences
+    is irrelevant there, and no guard mentions a guarded variable), and in the model so made
+    every variable lies in its interval, so the bit-vector query has a model too. The
+    converse does not hold: a bit-vector model may give a guarded variable a value its guard
+    would not allow (`translate`)."""
+    iv = _Intervals(bounds)
+    # candidates: integer variables without a finite interval from the unconditional bounds
+    cand: dict[int, z3.ExprRef] = {}
+    for t in subterms(*premises, *claims):
+        if _is_var(t) and t.get_id() not in cand:
+            lo, hi = iv.var(t)
+            if lo == -_INF or hi == _INF:
+                cand[t.get_id()] = t
+    if not cand:
+        return {}
+    # whether a node has a candidate below it: a post-order walk (a DAG, each node once)
+    below: dict[int, bool] = {}
+    stack = [(t, False) for t in list(premises) + list(claims)]
+    while stack:
+        t, done = stack.pop()
+        if t.get_id() in below:
+            continue
+        kids = t.children() if z3.is_app(t) else []
+        if done:
+            below[t.get_id()] = t.get_id() in cand or any(below[c.get_id()] for c in kids)
+        else:
+            stack.append((t, True))
+            stack += [(c, False) for c in kids if c.get_id() not in below]
+    # each occurrence's guards (literals whose falsity makes it irrelevant); a variable's
+    # are the intersection over its occurrences
+    guards: dict[int, frozenset] = {}
+    seen: set[tuple[int, frozenset]] = set()
+    todo = [(t, frozenset()) for t in list(premises) + list(claims)]
+    while todo:
+        t, path = todo.pop()
+        if not below.get(t.get_id()) or (t.get_id(), path) in seen:
+            continue
+        seen.add((t.get_id(), path))
+        if t.get_id() in cand:
+            guards[t.get_id()] = guards.get(t.get_id(), path) & path
+            continue
+        ch = t.children()
+        if z3.is_app_of(t, z3.Z3_OP_ITE) and not below[ch[0].get_id()]:
+            atom, val = _literal(ch[0])
+            todo += [(ch[1], path | {(atom, val)}), (ch[2], path | {(atom, not val)})]
+        elif z3.is_or(t) or z3.is_and(t):
+            # a disjunct matters only where the others are false, a conjunct only where
+            # the others are true
+            lits = [None if below[c.get_id()] else _literal(c) for c in ch]
+            keep = z3.is_and(t)
+            for i, c in enumerate(ch):
+                todo.append((c, path | {(lit[0], lit[1] == keep) for j, lit in enumerate(lits)
+                                        if j != i and lit is not None}))
+        else:
+            todo += [(c, path) for c in ch]
+    out: dict[str, tuple] = {}
+    for i, v in cand.items():
+        for atom, val in sorted(guards.get(i, ())):
+            # the premises Or(h, body) with h = not g: body holds where g does
+            body = [p.arg(1 - k) for p in premises if z3.is_or(p) and p.num_args() == 2
+                    for k in (0, 1) if _literal(p.arg(k)) == (atom, not val)]
+            bl = _bounds(body).get(v.decl().name(), [])
+            # by terms of variables bounded everywhere (their intervals hold in every model)
+            lo = max([iv.of(e)[0] for k, e in bl if k == "ge"], default=-_INF)
+            hi = min([iv.of(e)[1] for k, e in bl if k == "le"], default=_INF)
+            if -_INF < lo <= hi < _INF:
+                out[v.decl().name()] = (v, [("ge", z3.IntVal(lo)), ("le", z3.IntVal(hi))])
+                break
+    return out
+
+
 def _is_var(t) -> bool:
     return z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED and z3.is_int(t)
 
@@ -177,8 +267,11 @@ def _floordiv(x, c):
 
 
 def translate(premises, claims, extra=()):
-    """(bv premises, bv claims, bv extra terms, {int var name: bv var}, width), or None when
-    the translation would not be exact."""
+    """(bv premises, bv claims, bv extra terms, {int var name: bv var}, width, the names of
+    the variables bounded under a guard (`_guarded_bounds`)), or None when the translation
+    would not be exact. With guarded variables an unsat answer is exact (a proof) but a model
+    may set a variable its guard makes irrelevant: the caller decides violations without
+    them."""
     try:
         return _translate(premises, claims, extra)
     except (_Abort, z3.Z3Exception, RecursionError):
@@ -189,6 +282,9 @@ def _translate(premises, claims, extra):
     premises = [z3.simplify(p) for p in premises]
     claims = [(n, z3.simplify(c)) for n, c in claims]
     bounds = _bounds(premises)
+    guarded = _guarded_bounds(premises, [c for _, c in claims], bounds)
+    if guarded:
+        bounds = {**bounds, **{name: bl for name, (_, bl) in guarded.items()}}
     iv = _Intervals(bounds)
     terms = list(premises) + [c for _, c in claims] + [t for t in extra if z3.is_int(t)]
     # every integer subterm must be bounded; collect the worst magnitude
@@ -289,9 +385,15 @@ def _translate(premises, claims, extra):
         raise _Abort(f"no bit-vector rule for {t.decl().name()}")
 
     bp = [tr(p) for p in premises]
+    # a guarded variable's interval as a premise: every model of the integer query has one
+    # with the same truth values inside it (`_guarded_bounds`), and the bit-vector models
+    # then stay where the translation is exact
+    for name, (v, _) in guarded.items():
+        lo, hi = iv.var(v)
+        bp.append(z3.And(tr(v) >= z3.BitVecVal(lo, width), tr(v) <= z3.BitVecVal(hi, width)))
     bc = [(n, tr(c)) for n, c in claims]
     be = [tr(t) if z3.is_int(t) else None for t in extra]
-    return bp, bc, be, env, width
+    return bp, bc, be, env, width, frozenset(guarded)
 
 
 def int_model_pins(bv_model: z3.ModelRef, env: dict[str, z3.BitVecRef]):

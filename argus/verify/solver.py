@@ -1709,13 +1709,15 @@ def _prove_bv(premises, claims, rlimit, minimize, minimize_rlimit, theory):
     tr = bvtier.translate(premises, claims, extra=list(minimize))
     if tr is None:
         return None
-    bp, bc, be, env, width = tr
+    bp, bc, be, env, width, guarded = tr
     t0 = time.perf_counter()
     s = _limit(z3.Solver(), rlimit)
     s.add(*bp)
     s.add(z3.Not(z3.And([c for _, c in bc]) if bc else z3.BoolVal(True)))
     res = s.check()
-    if res == z3.unknown:
+    if res == z3.unknown or res == z3.sat and guarded:
+        # with variables bounded under a guard the translation is exact for proofs only
+        # (bvtier._guarded_bounds): the integer tiers decide and decode a violation, as before
         return None
     label = f"QF_BV{width}"
     if res == z3.unsat:
