@@ -686,7 +686,6 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     if promoted is not None:
         return promoted
     op = site.op
-    K = op.k_extent
     loops = _reduction_loops(model, site)
     siblings = _siblings(model, site, name)
     index = next(i for i, s in enumerate(siblings) if s.op is op)
@@ -699,29 +698,21 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     ren = [(s.var, fresh_int(f"{s.var}@2")) for s in sibling_loops.values()]
     sub = Substitution(ren)   # the second instance's terms (one set of C arrays for all)
     # the first instance: the site's own operand record (its obligations' m and k)
-    m, _, kk1, r1, _, own1 = _operands(model, site)
-    f1 = r1.fields.get(name)
-    if f1 is None:
+    first = _first_instance(model, site, name)
+    if first is None:
         return []
-    cons1 = site.site.constraints()
-    t1 = f1.term
-    first_prem = list(model.premises) + cons1 + list(r1.cond) + list(f1.cond) + \
-        [m >= 0, m < 64, kk1 >= 0, kk1 < K, r1.defined]
+    first_prem, t1, kk1, m, r1, _ = first
     obs = []
-    self_pair = None   # (premises, second instance's k, kk and loop variables) of site vs itself
+    self_pair = None   # the second instance's (own premises, k, kk) of site vs itself
     # injectivity against this site itself and every later sibling
     for other in siblings[index:]:
-        kk2 = fresh_int("kk")
-        r2 = model.wgmma_a(other, m, kk2)
-        f2 = r2.fields.get(name)
-        if f2 is None:
+        second = _second_instance(model, other, m, sub, name)
+        if second is None:
             continue
-        prem = first_prem + [sub(c) for c in other.site.constraints()] + \
-            [sub(c) for c in r2.cond] + [sub(c) for c in f2.cond] + \
-            [kk2 >= 0, kk2 < other.op.k_extent, sub(r2.defined)]
-        t2 = sub(f2.term)
+        prem2, t2, kk2 = second
+        prem = first_prem + prem2
         if other is site:
-            self_pair = (prem, t2, kk2)
+            self_pair = second
         same_instance = z3.And([kk1 == kk2] + [a == b for s, (a, b) in
                                                zip(sibling_loops.values(), ren)
                                                if any(s.op is x.op for x in loops)]) \
@@ -796,8 +787,8 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     cover = "k range covers the tensor"
     warn = (cover,) if site.a_tile is not None else ()
     if claims is not None:
-        implied = _masked_past_the_loop(model, site, subject, loops, r1, own1, t1, kk1,
-                                        first_prem, size, extent, self_pair, ren) \
+        implied = _masked_past_the_loop(model, site, subject, loops, siblings, name, size,
+                                        extent, self_pair, ren, sub) \
             if site.a_tile is not None and len(claims) == 2 else None
         if implied is None:
             obs.append(Obligation("wgmma.k-once", op.loc, subject + ": covers [0, K)",
@@ -812,9 +803,10 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
                 decode_range, minimize=list(model.params.values()), warn_claims=warn,
                 implied_by=implied, implied_why=(
                     "the k past the loop's end are zero in A: the map (iteration, k in tile) "
-                    "-> k moves by K per iteration inside one window of K, and at every "
-                    "iteration past the last one whose k lies in [|domain|, K) the A operand "
-                    "is zero (a mask's -inf through exp)")))
+                    "-> k moves by the block's K (the sum over the loop's sites) per "
+                    "iteration inside one window of that K, and at every iteration past the "
+                    "last one whose k lies in [|domain|, K) the A operand is zero (a mask's "
+                    "-inf through exp)")))
     guards = _guards(model, site)
     if guards:
         # the count above assumes the wgmma runs in every iteration of its reduction loops
@@ -834,62 +826,125 @@ def _k_once(model: Model, site: WgmmaSite, name: str) -> list[Obligation]:
     return obs
 
 
-def _masked_past_the_loop(model: Model, site: WgmmaSite, subject, loops, r1, own1, t1, kk1,
-                          first_prem, size, extent, self_pair, ren):
+def _second_instance(model: Model, other: WgmmaSite, m, sub: Substitution, name: str):
+    """(premises, k, k in tile) of a second instance of `other`'s A operand at row m: its
+    loops' variables renamed by `sub`, a fresh k in tile, the record built afresh (auxiliaries
+    of its own: two instances never share one); None when its A has no `name`. The premises
+    are the instance's own, to be joined to a first instance's."""
+    kk2 = fresh_int("kk")
+    r2 = model.wgmma_a(other, m, kk2)
+    f2 = r2.fields.get(name)
+    if f2 is None:
+        return None
+    prem = [sub(c) for c in other.site.constraints()] + [sub(c) for c in r2.cond] + \
+        [sub(c) for c in f2.cond] + [kk2 >= 0, kk2 < other.op.k_extent, sub(r2.defined)]
+    return prem, sub(f2.term), kk2
+
+
+def _first_instance(model: Model, site: WgmmaSite, name: str):
+    """(premises, k, k in tile, m, A's record, its auxiliaries) of the site's own operand
+    record (its obligations' m and k), or None when its A has no `name`."""
+    m, _, kk, rec, _, own = _operands(model, site)
+    f = rec.fields.get(name)
+    if f is None:
+        return None
+    prem = list(model.premises) + site.site.constraints() + list(rec.cond) + list(f.cond) + \
+        [m >= 0, m < 64, kk >= 0, kk < site.op.k_extent, rec.defined]
+    return prem, f.term, kk, m, rec, own
+
+
+def _masked_past_the_loop(model: Model, site: WgmmaSite, subject, loops, siblings, name, size,
+                          extent, self_pair, ren, sub):
     """`implied_by` of k-once's coverage claim for an A operand in registers whose reduction
     loop stops short of K (a causal loop at the diagonal), or None when the argument does not
-    apply. Two obligations, solved only for this (not reported themselves: the coverage claim
-    is, proven from them or solved on its own):
+    apply. Obligations solved only for this (not reported themselves: the coverage claim
+    is, proven from them or solved on its own), over the loop's sites (the siblings inside
+    the one reduction loop; the others, a last iteration peeled behind it, are outside every
+    loop) whose K sum to the block's K_b (FP8 attention's P V: one site per column atom of
+    V^T, 3 x 64 keys at block_n 192, 7 x 32 at 224):
 
-      * block-shifted: for two instances of the site, (j, kk) and (j2, kk2), the same kk
-        gives k's K_tile * (j - j2) apart, and k - j * K_tile differs by less than K_tile
-        between any two (one window of K_tile values, the same for every iteration). With the
-        injectivity each iteration's k are then one contiguous block of K_tile, the next
-        iteration's block right after it: the loop's k are one contiguous run and the
-        iteration j + e would multiply k + e * K_tile. (k = lo + (j - start) * K_tile + kk,
-        affine, is the common case; FP8 attention's P read in the accumulator's order,
-        wgmma a_acc_order, has k = j * K_tile + acc_order_col(kk): a permutation inside each
-        block, not affine in kk, and block-shifted all the same);
-      * masked: for every iteration j, k in tile and e >= 1 whose k + e * K_tile lies in
-        [|domain|, K), A is zero at iteration j + e (its `is_zero` fact, transfer/values.py:
-        a mask's -inf through a positive scale, a subtraction and exp).
+      * block-shifted: for two instances of one site, (j, kk) and (j2, kk2), the same kk
+        gives k's K_b * (j - j2) apart;
+      * window: k - j * K_b differs by less than K_b between any two instances of the loop's
+        sites (one window of K_b values, the same for every iteration). With the injectivity
+        each iteration's k are then one contiguous block of K_b, the next iteration's block
+        right after it: the loop's k are one contiguous run and the iteration j + e would
+        multiply k + e * K_b. (k = lo + (j - start) * K_b + kk, affine, is the common case;
+        FP8 attention's P read in the accumulator's order, wgmma a_acc_order, has
+        k = j * K_b + c_atom + acc_order_col(kk): a permutation inside each block, not
+        affine in kk, and block-shifted all the same);
+      * masked: for every site of the loop, iteration j, k in tile and e >= 1 whose
+        k + e * K_b lies in [|domain|, K), A is zero at iteration j + e (its `is_zero` fact,
+        transfer/values.py: a mask's -inf through a positive scale, a subtraction and exp).
 
-    With the proven injectivity and range (the loop's k are exactly [0, |domain|)), every k of
-    [|domain|, K) is then one the loop, run further, would multiply by zero: skipping those
-    iterations changes no sum. The zero fact is a function of the iteration and the element
-    (index values and the model's variables) and of no auxiliary of the record's conditions,
-    so it can be taken at an iteration the loop does not run."""
+    With the proven injectivity and range (the loop's and the peeled sites' k are exactly
+    [0, |domain|), so the run ends at or before |domain|), every k of [|domain|, K) is the k
+    of the run's last block, on one of the loop's sites, plus e * K_b: one the loop, run
+    further, would multiply by zero, so skipping those iterations changes no sum. The zero
+    fact is a function of the iteration and the element (index values and the model's
+    variables) and of no auxiliary of the record's conditions, so it can be taken at an
+    iteration the loop does not run."""
     if len(loops) != 1 or self_pair is None:
         return None
     loop = loops[0]
     if not (isinstance(model.scalar(loop.op.step), int) and model.scalar(loop.op.step) == 1):
         return None
-    zero = r1.fields.get("is_zero")
-    if zero is None or not zero.is_point:
-        return None
-    z = zero.term
-    held = occurring_in([z], own1)
-    if held and occurring_in(list(r1.cond) + [r1.defined], held):
-        return None   # the fact reads an auxiliary the record's conditions constrain
     j = loop.var
-    prem2, t2, kk2 = self_pair
     j2 = next((b for a, b in ren if a.eq(j)), None)
     if j2 is None:
         return None
-    K = site.op.k_extent
-    offset = (t1 - j * K) - (t2 - j2 * K)
-    affine = Obligation("wgmma.k-once", site.op.loc, subject + ": block-shifted by iteration",
-                        prem2, [("shift", z3.Implies(kk1 == kk2, t1 - t2 == (j - j2) * K)),
-                                ("window", z3.And(offset < K, offset > -K))],
-                        lambda zm, v: ("not block-shifted", {}))
-    e = fresh_int("past")
-    key = t1 + e * K
-    masked = Obligation("wgmma.k-once", site.op.loc, subject + ": zero past the loop",
-                        list(first_prem) + [e >= 1],
-                        [("masked", z3.Or(key < size, key >= _num(extent),
-                                          substitute(z, (j, j + e)) != 0))],
-                        lambda zm, v: ("not masked", {}))
-    return ((affine, ("shift", "window")), (masked, ("masked",)))
+    inside = []
+    for o in siblings:
+        o_loops = _reduction_loops(model, o)
+        if not o_loops:
+            continue   # peeled: its k are counted in |domain|, not shifted
+        if len(o_loops) != 1 or o_loops[0].op is not loop.op:
+            return None
+        inside.append(o)
+    # each site of the loop: its first instance (this site's is k-once's own) and a second
+    # one at the renamed iteration (this site's: the injectivity's self pair)
+    firsts, seconds = [], []
+    for o in inside:
+        first = _first_instance(model, o, name)
+        if first is None:
+            return None
+        second = self_pair if o is site else _second_instance(model, o, first[3], sub, name)
+        if second is None:
+            return None
+        zero = first[4].fields.get("is_zero")
+        if zero is None or not zero.is_point:
+            return None
+        held = occurring_in([zero.term], first[5])
+        if held and occurring_in(list(first[4].cond) + [first[4].defined], held):
+            return None   # the fact reads an auxiliary the record's conditions constrain
+        firsts.append(first + (zero.term,))
+        seconds.append(second)
+    Kb = sum(o.op.k_extent for o in inside)
+    out = []
+    for i, (o, (prem1, t1, kk1, m1, _, _, z)) in enumerate(zip(inside, firsts)):
+        prem2, t2, kk2 = seconds[i]
+        shift = Obligation("wgmma.k-once", o.op.loc, subject + ": block-shifted by iteration",
+                           prem1 + prem2, [("shift", z3.Implies(kk1 == kk2,
+                                                                t1 - t2 == (j - j2) * Kb))],
+                           lambda zm, v: ("not block-shifted", {}))
+        out.append((shift, ("shift",)))
+        for o2, (_, _, _, m2, _, _, _), (prem2b, t2b, _) in \
+                list(zip(inside, firsts, seconds))[i:]:
+            offset = (t1 - j * Kb) - (t2b - j2 * Kb)
+            same_row = [] if m2.eq(m1) else [m2 == m1]
+            out.append((Obligation(
+                "wgmma.k-once", o.op.loc, subject + f": one window of K with {o2.op.loc}",
+                prem1 + prem2b + same_row, [("window", z3.And(offset < Kb, offset > -Kb))],
+                lambda zm, v: ("not one window", {})), ("window",)))
+        e = fresh_int("past")
+        key = t1 + e * Kb
+        masked = Obligation("wgmma.k-once", o.op.loc, subject + ": zero past the loop",
+                            prem1 + [e >= 1],
+                            [("masked", z3.Or(key < size, key >= _num(extent),
+                                              substitute(z, (j, j + e)) != 0))],
+                            lambda zm, v: ("not masked", {}))
+        out.append((masked, ("masked",)))
+    return tuple(out)
 
 
 def _split_grid(model: Model, site: WgmmaSite, t1, size, loops, kk1, extent):

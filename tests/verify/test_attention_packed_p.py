@@ -41,8 +41,8 @@ def test_packed_p_verifies_clean(variant, head_dim, causal, seq_len):
     _assert_clean(verify.run(kernel), s.epilogue, head_dim)
 
 
-# (the wider FP8 tiles: 128 x 224 full verifies clean, its causal form and 128 x 192 not
-# yet: docs/perf/attention.md h313)
+# (the wider FP8 tiles, 192 / 224 / 256 with both masks and both V^T orders, verify with zero
+# findings since h319: tests/verify/test_attention_fp8_wide.py)
 FP8_CASES = [("pvt+packp", False), ("pvt+packp", True), ("packp", False), ("packp", True),
              ("pvt+packp+bn224", False), ("packp+bn224", False)]
 
