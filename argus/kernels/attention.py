@@ -804,7 +804,19 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
     else:
         choice = dataclasses.replace(base_schedule(head_dim), fa3_overlap=True)
     if head_dim == 128:
-        choice = dataclasses.replace(choice, epilogue="tma")
+        # P carried packed as e4m3 (h313) lets FA3's wide key blocks build; on an H100
+        # (2026-12-07, two runs of `gpu_round2.sh fp8big58`, kernels alone, TFLOP/s, S = 2k /
+        # 4k / 16k, the 128-key default against packed P at 192 / 224 keys):
+        #   full:   729-731 / 788-789 / 841-844 against 741-766 / 819 / 877-882 (192) and
+        #           722-738 / 849-851 / 908-910 (224)
+        #   causal: 593 / 695-698 / 835-837 against 598-612 / 753-754 / 873-876 (192) and
+        #           567-577 / 728-729 / 871-888 (224)
+        # One rule per mask (the op asks for fp8_schedule(D, causal) only): 224 at full masks
+        # (tied at 2k, +8% at 4k and 16k), 192 at causal (+1-3% at 2k, +8% at 4k, +4-5% at
+        # 16k). Both verify with zero findings since h319 (tests/verify/
+        # test_attention_fp8_wide.py)
+        choice = dataclasses.replace(choice, epilogue="tma", packed_p=True,
+                                     block_n=192 if causal else 224)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True, rescale_after_pv=True)
 
 
