@@ -349,14 +349,18 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     default before that) and "packp" (packed_p, h313: P_{j-1} carried across the overlap
     loop's back edge as e4m3 words, four a register, block_n / 8 a thread instead of
     block_n / 2 fp32; what lets "bn192" / "bn224" / "bn256" fit at head dim 128, e.g.
-    "pvt+packp+bn192")."""
+    "pvt+packp+bn192"; at head dim 128 the default since 2026-12-07: 224 keys full, 192
+    causal), "narrow" (the 128-key tile with P in fp32, fp8_schedule(wide_keys=False): the
+    default before; "plain" implies it, packed P being the overlap order's carry)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
 
     fields = {}
-    for part in variant.split("+"):
-        if part == "default":
+    parts = variant.split("+")
+    wide = "narrow" not in parts and "plain" not in parts
+    for part in parts:
+        if part in ("default", "narrow"):
             continue
         if part == "fold":
             fields["fold_scale"] = True
@@ -385,7 +389,7 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["packed_p"] = True
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
-    return dataclasses.replace(fp8_schedule(head_dim, causal), **fields)
+    return dataclasses.replace(fp8_schedule(head_dim, causal, wide_keys=wide), **fields)
 
 
 def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:
@@ -883,8 +887,8 @@ def main() -> int:
     parser.add_argument("--fp8", default="",
                         help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
                              "these fp8 variants, comma-separated (default, fold, plain, tma, "
-                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate, oearly, packp or "
-                             "'+' joins; fp8_variant_schedule), beside cuDNN bf16")
+                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate, oearly, packp, "
+                             "narrow or '+' joins; fp8_variant_schedule), beside cuDNN bf16")
     parser.add_argument("--hide-host", action="store_true",
                         help="queue each timed prefill call behind a ~0.5 ms GPU sleep "
                              "(measure's setup): device time only, the calls' host work "

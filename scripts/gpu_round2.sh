@@ -447,10 +447,12 @@ for s in "${steps[@]}"; do
     # 2026-12-07 (h313): FP8 hd128, permuted V^T: the default (128 x 128, P fp32 until P V's
     # issue) against P carried packed as e4m3 (packp) at 128 keys and at the wider blocks it
     # lets build without spills (NVRTC 13.0, docs/perf/attention.md h313): 192, FA3's 224 and
-    # 256; read the fp8k_* columns (kernels alone), cuDNN bf16 beside them
+    # 256; read the fp8k_* columns (kernels alone), cuDNN bf16 beside them. Run twice on an
+    # H100 (2026-12-07 ~15:05 UTC), which made 224 (full) / 192 (causal) packed the default;
+    # the tokens now say the 128-key tile as `narrow` (the run's `pvt` and `pvt+packp`)
     fp8big58) run_step fp8big58 480 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 128 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
-        --fp8 pvt,pvt+packp,pvt+packp+bn192,pvt+packp+bn224,pvt+packp+bn256 \
+        --fp8 narrow+pvt,narrow+pvt+packp,pvt+packp+bn192,pvt+packp+bn224,pvt+packp+bn256 \
         --out "$OUT/fp8big58" ;;
     moefp856) run_step moefp856 200 python3 -u scripts/gpu_moe_bench.py --fp8 --tokens 16384 \
         --rounds 3 --fp8-only split_smem_tma split_smem_tma_dyn split_smem_tma_dyn_g1 \

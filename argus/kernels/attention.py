@@ -758,12 +758,16 @@ def _tma_store(head_dim: int, causal: bool, seq_len) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
+def fp8_schedule(head_dim: int, causal: bool = False,
+                 wide_keys: bool = True) -> AttentionSchedule:
     """The FP8 forward's schedule (argus.ops.attention_fp8): FA3's overlap order with the
     softmax diet (approx_exp2 + fold_scale), at the base tiles (128 x 128; 128 x 64 at
     head_dim 256, where O alone is 128 registers); at head_dim 64 two warpgroups of 128 x 128
     instead of base_schedule's plain-loop ping-pong (Q in registers), which the FP8 kernel
     does not take; at head_dim 128 the stmatrix + TMA store epilogue (epilogue='tma').
+    At head_dim 128 P is carried packed as e4m3 at FA3's wide key blocks (224 keys full, 192
+    causal; the comment below); `wide_keys=False` gives the 128-key tile with P in fp32 until
+    P V's issue (the default before 2026-12-07 ~15:20 UTC, the form the plain loop takes).
     At every head dim O is rescaled after P V retires (rescale_after_pv, h309: FA3's rescale_o
     after warpgroup_wait<0>) on the turn-free overlap loop. On an H100 (2026-12-07, kernels
     alone, TFLOP/s, permuted V^T, S = 2k / 4k / 8k / 16k; docs/perf/attention.md):
@@ -815,8 +819,9 @@ def fp8_schedule(head_dim: int, causal: bool = False) -> AttentionSchedule:
         # (tied at 2k, +8% at 4k and 16k), 192 at causal (+1-3% at 2k, +8% at 4k, +4-5% at
         # 16k). Both verify with zero findings since h319 (tests/verify/
         # test_attention_fp8_wide.py)
-        choice = dataclasses.replace(choice, epilogue="tma", packed_p=True,
-                                     block_n=192 if causal else 224)
+        choice = dataclasses.replace(choice, epilogue="tma")
+        if wide_keys:
+            choice = dataclasses.replace(choice, packed_p=True, block_n=192 if causal else 224)
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True, rescale_after_pv=True)
 
 

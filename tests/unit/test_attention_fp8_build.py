@@ -26,7 +26,8 @@ def _text(D, causal, s=None, dt=ag.e4m3):
 
 
 def test_both_products_are_e4m3_wgmma_and_p_is_gathered_by_quads():
-    text = _text(128, False)
+    # the 128-key tile with P in fp32 (wide_keys=False); the default's wide blocks below
+    text = _text(128, False, s=fp8_schedule(128, False, wide_keys=False))
     # S = Q K^T: 128 x 128 from shared memory, 4 k32 steps per block (the peeled first block
     # and the loop's); P V: N = head dim 128, A from registers, 4 k32 steps per block
     assert text.count("ag::wgmma_m64n128k32_f32_e4m3_ss(") >= 8
@@ -43,6 +44,15 @@ def test_the_epilogue_is_the_measured_one(D, staged):
     text = _text(D, False)
     assert ("ag::stmatrix" in text) == staged
     assert fp8_schedule(D, False).fold_scale and fp8_schedule(D, True).fold_scale
+
+
+@pytest.mark.parametrize("causal,keys", [(False, 224), (True, 192)])
+def test_the_default_at_128_takes_the_wide_key_block_with_p_packed(causal, keys):
+    text = _text(128, causal)
+    # S = Q K^T: 64 x keys a warpgroup, 4 k32 steps a block; P packed as e4m3 words
+    assert text.count(f"ag::wgmma_m64n{keys}k32_f32_e4m3_ss(") >= 8
+    assert text.count("ag::wgmma_m64n128k32_f32_e4m3_rs(") >= 8
+    assert fp8_schedule(128, causal).packed_p and fp8_schedule(128, causal).block_n == keys
 
 
 def test_bf16_kernel_does_not_gather():
@@ -69,7 +79,8 @@ def test_verifies_clean(D, causal):
 
 
 def test_plain_loop_verifies_with_the_folded_scale():
-    s = dataclasses.replace(fp8_schedule(128, True), fa3_overlap=False, rescale_after_pv=False,
+    s = dataclasses.replace(fp8_schedule(128, True, wide_keys=False), fa3_overlap=False,
+                            rescale_after_pv=False,
                             fold_scale=True)
     diags = verify.check(lower_only(attention_kernel(128, ag.e4m3, True, False), s=s))
     errors = [d for d in diags if d.severity == "error"]
@@ -104,7 +115,7 @@ def test_ptx_keeps_fa3_order_with_the_gather(causal):
     from tests.unit.test_wgmma_register_a_ptx import register_a_without_fresh_copy
 
     ptx = attention_kernel(128, ag.e4m3, causal, False).compile(
-        s=fp8_schedule(128, causal)).binary.ptx
+        s=fp8_schedule(128, causal, wide_keys=False)).binary.ptx
     order = loop_order(ptx)
     assert any(order[i:i + 4] == ["rs:4", "w1", "e:66", "w0"] for i in range(len(order))), \
         order

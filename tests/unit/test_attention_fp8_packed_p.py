@@ -32,8 +32,9 @@ needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not instal
 
 
 def _schedule(causal=False, permuted=True, **kw):
-    return dataclasses.replace(fp8_schedule(128, causal), permuted_vt=permuted, packed_p=True,
-                               **kw)
+    # the 128-key tile (P in fp32 there) with P packed: the wide default's tiles are below
+    return dataclasses.replace(fp8_schedule(128, causal, wide_keys=False), permuted_vt=permuted,
+                               packed_p=True, **kw)
 
 
 def _lowered(s, causal=False):
@@ -95,10 +96,15 @@ def test_another_use_keeps_the_float_form():
 
 
 def test_bench_token():
-    s = BENCH.fp8_variant_schedule("pvt+packp", 128, False)
+    s = BENCH.fp8_variant_schedule("narrow+pvt+packp", 128, False)
     assert s.packed_p and s.permuted_vt and s.fa3_overlap and s.rescale_after_pv
-    assert not BENCH.fp8_variant_schedule("pvt", 128, False).packed_p
+    assert s.block_n == 128
+    assert not BENCH.fp8_variant_schedule("narrow+pvt", 128, False).packed_p
     assert s.problems_for(128, ag.e4m3) == []
+    # the default at head dim 128 is packed at the wide key blocks (224 full, 192 causal)
+    for causal, keys in ((False, 224), (True, 192)):
+        wide = BENCH.fp8_variant_schedule("pvt", 128, causal)
+        assert wide.packed_p and wide.block_n == keys and wide.problems_for(128, ag.e4m3) == []
 
 
 @needs_nvrtc
@@ -117,9 +123,9 @@ def test_v_t_atoms_are_the_widest_span_dividing_the_block():
     assert {bn: fp8_vt_atom(bn) for bn in FP8_BLOCK_N} == \
         {64: 64, 128: 128, 192: 64, 224: 32, 256: 128}
     for bn in FP8_BLOCK_N:
-        assert dataclasses.replace(fp8_schedule(128), block_n=bn)._fp8_problems() == []
-    assert "block_n=160" in dataclasses.replace(fp8_schedule(128), block_n=160) \
-        ._fp8_problems()[0]
+        narrow = fp8_schedule(128, wide_keys=False)
+        assert dataclasses.replace(narrow, block_n=bn)._fp8_problems() == []
+    assert "block_n=160" in dataclasses.replace(narrow, block_n=160)._fp8_problems()[0]
 
 
 @pytest.mark.parametrize("block_n,atoms,swizzle", [(192, 3, 64), (224, 7, 32), (256, 2, 128)])
@@ -158,7 +164,7 @@ def test_fp8_spill_problems_follow_the_measured_spills(head_dim, kw, spills):
     128 x 128 at 256 (700 B); packed as e4m3 none up to 128 x 224 at 128 and 128 x 128 at
     256, and 144 B at 128 x 256 since P's fence is a pin (e749f1cc)
     (test_wide_blocks_build_without_spills_only_when_packed builds them)."""
-    s = dataclasses.replace(fp8_schedule(head_dim), **kw)
+    s = dataclasses.replace(fp8_schedule(head_dim, wide_keys=False), **kw)
     assert s.problems_for(head_dim, ag.e4m3) == []
     found = s.spill_problems(head_dim, ag.e4m3)
     assert bool(found) == spills, found

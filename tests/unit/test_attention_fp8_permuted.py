@@ -30,7 +30,9 @@ E4M3 = torch.float8_e4m3fn
 
 
 def _sched(D, causal, permuted=True):
-    return dataclasses.replace(fp8_schedule(D, causal), permuted_vt=permuted)
+    # the 128-key tile with P in fp32 (head dim 128's wide default carries P packed, which
+    # hands its words to the wgmma as they are: tests/unit/test_attention_fp8_packed_p.py)
+    return dataclasses.replace(fp8_schedule(D, causal, wide_keys=False), permuted_vt=permuted)
 
 
 def _text(D, causal, permuted):

@@ -128,7 +128,7 @@ def _fp8_compiled(variant, head_dim, causal):
                              verify=False, s=s)
 
 
-@pytest.mark.parametrize("variant", ["ppfa3", "ppfa3+pvt"])
+@pytest.mark.parametrize("variant", ["narrow+ppfa3", "narrow+ppfa3+pvt"])
 def test_the_fp8_loop_is_fa3s_order(variant):
     """FP8: both products are e4m3 wgmma, S_j from shared memory (_ss), P_{j-1} V_{j-1} with P
     in registers (_rs, V^T K-major: no _tb), both inside one turn, nothing retired in it."""
