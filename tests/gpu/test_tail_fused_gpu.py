@@ -46,7 +46,8 @@ def _check(a, b, out, s, tol):
     two = _run(a, b, out, dataclasses.replace(s, tail_finish="kernel"))
     assert torch.equal(two, fused), "the fused finish differs from tail_sum_kernel's sum"
     problem, _ = problem_of(a, b, out)
-    runner = next(v for (p, _, sched), v in _CHOSEN.items() if p == problem and sched == s)
+    # a BuildMemo's stored keys are (build choices, the caller's key)
+    runner = next(v for (_, (p, _, sched)), v in _CHOSEN.items() if p == problem and sched == s)
     assert runner.fused and all(not c.any() for c in runner._counters.values()), \
         "an arrival counter was left nonzero"
     return split_k.tail_tiles(problem, s)

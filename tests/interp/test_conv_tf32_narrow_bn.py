@@ -88,7 +88,7 @@ def test_l2_8_kernel_builds_without_spills():
     conv_op._COMPILED.clear()
     conv_op.convolve(x, w, b, precision="tf32")
     (compiled,) = conv_op._COMPILED.values()
-    key = next(iter(conv_op._COMPILED))
+    _, key = next(iter(conv_op._COMPILED))     # a BuildMemo's keys: (build choices, key)
     assert key[5].bn == 16
     res = compiled.resources if hasattr(compiled, "resources") else None
     if res is None:
