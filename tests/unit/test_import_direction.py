@@ -6,7 +6,8 @@ The units are the top-level packages (`dsl`, `ops`, …) and the top-level modul
 `cli`, …) of argus/. From the bottom up:
 
 1. utilities: config, errors, dtypes, schedule_space (legal ranges declared as data), numerics
-   (numerical rules several layers apply alike). Anyone may import them; they import only
+   (numerical rules several layers apply alike), build_memo (the memo type of the caches of
+   built kernels, keyed on config's build choices). Anyone may import them; they import only
    each other.
 2. leaves, in this order: layout, target. A leaf imports utilities and the leaves before it
    (target uses layout), never a stage or anything above.
@@ -40,7 +41,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "argus"
 
-UTILITIES = ["config", "errors", "dtypes", "schedule_space", "numerics"]
+UTILITIES = ["config", "errors", "dtypes", "schedule_space", "numerics", "build_memo"]
 LEAVES = ["layout", "target"]
 STAGES = ["dsl", "ir", "analysis", "verify", "lower", "codegen", "runtime"]
 TOP_MODULES = ["__init__", "compiler", "compiled", "kernel_api", "demo"]
