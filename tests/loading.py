@@ -4,6 +4,7 @@ generated KernelBench solution) as a module, for tests that call its functions."
 from __future__ import annotations
 
 import importlib.util
+import inspect
 from pathlib import Path
 from types import ModuleType
 
@@ -26,3 +27,17 @@ def load_script(name: str) -> ModuleType:
     """scripts/<name>.py as a module named `name` (its import-time code runs: the scripts
     keep device work under main())."""
     return load_file(ROOT / "scripts" / f"{name}.py", name)
+
+
+def load_edited(module: ModuleType, edits, path: Path) -> ModuleType:
+    """`module`'s source with each (old, new) of `edits` replaced in turn, written to `path` and
+    loaded there (load_file): a seeded bug in a library kernel. Each `old` must occur exactly
+    once when its turn comes, so an edit that stops matching the library fails loudly instead
+    of seeding nothing."""
+    src = inspect.getsource(module)
+    for old, new in edits:
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
+    path = Path(path)
+    path.write_text(src)
+    return load_file(path)

@@ -19,16 +19,13 @@ line changed, as tests/mutations/test_attention_rescale_late_chain.py does)."""
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-
 import pytest
 
 import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.kernels import attention as A
-from tests.loading import load_script
+from tests.loading import load_edited, load_script
 
 BENCH = load_script("gpu_attention_bench")
 
@@ -49,15 +46,7 @@ MUTATIONS = {
 
 
 def _mutated(tmp_path, bug: str, block_n: int, causal: bool):
-    src = inspect.getsource(A)
-    for old, new in MUTATIONS[bug]:
-        assert src.count(old) == 1, old
-        src = src.replace(old, new)
-    path = tmp_path / f"attention_{bug}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_edited(A, MUTATIONS[bug], tmp_path / f"attention_{bug}.py")
     s = BENCH.fp8_variant_schedule(f"pvt+packp+bn{block_n}", 128, causal)
     assert s.packed_p and s.block_n == block_n
     return lower_only(module.attention_kernel(128, ag.e4m3, causal, False, True), s=s)

@@ -8,14 +8,11 @@ chain variable between the sites breaks the chain, and k-once reports the peeled
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-
 import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.kernels import attention as A
-from tests.loading import load_script
+from tests.loading import load_edited, load_script
 
 BENCH = load_script("gpu_attention_bench")
 
@@ -24,16 +21,10 @@ _RESCALE = "                                        o = o * alpha\n"
 
 
 def _kernel(tmp_path, mutated: bool):
-    src = inspect.getsource(A)
-    if mutated:
-        assert src.count(_COPY) == 1 and src.count(_RESCALE) == 1
-        src = src.replace(_COPY, "                                    o_old = o + 1.0\n" + _COPY)
-        src = src.replace(_RESCALE, "                                        o = o_old * alpha\n")
-    path = tmp_path / ("attention_stale_o.py" if mutated else "attention_same.py")
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    edits = [(_COPY, "                                    o_old = o + 1.0\n" + _COPY),
+             (_RESCALE, "                                        o = o_old * alpha\n")]
+    module = load_edited(A, edits if mutated else [],
+                         tmp_path / ("attention_stale_o.py" if mutated else "attention_same.py"))
     s = BENCH.variant_schedule("default+olate", 128, False, 16384)
     assert s.rescale_late and not s.early_q_release
     return lower_only(module.attention_kernel(128, ag.bf16, False, False), s=s)

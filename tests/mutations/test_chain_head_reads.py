@@ -19,8 +19,6 @@ store); the correct kernels stay proven."""
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,7 @@ import argus as ag
 from argus import verify
 from argus.compiler import lower_only
 from argus.kernels import attention as A
-from tests.loading import load_script
+from tests.loading import load_edited, load_script
 from tests.mutations import chain_read_kernels as G
 from tests.mutations import seeded as S
 
@@ -72,15 +70,7 @@ def _edits(loop: str, bug: str | None) -> list[tuple[str, str]]:
 
 
 def _attention(tmp_path, loop: str, bug: str | None):
-    src = inspect.getsource(A)
-    for old, new in _edits(loop, bug):
-        assert src.count(old) == 1, old
-        src = src.replace(old, new)
-    path = tmp_path / f"attention_{loop}_{bug or 'same'}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_edited(A, _edits(loop, bug), tmp_path / f"attention_{loop}_{bug or 'same'}.py")
     s = BENCH.variant_schedule("default+olate" if loop == "fa3" else "plain", 128, False, 16384)
     assert s.rescale_late == (loop == "fa3")
     return lower_only(module.attention_kernel(128, ag.bf16, False, False), s=s)
@@ -198,19 +188,10 @@ def _split_fp8(tmp_path, bug: str | None):
     n_split=2, serial form), `snapshot`: half 0's sum copied before each block's promotion
     and the copy returned (the last block of half 0 never reaches C)."""
     from argus.kernels import gemm_fp8
-    src = inspect.getsource(gemm_fp8)
-    if bug == "snapshot":
-        for old, new in [(_SPLIT_ZEROS, _SPLIT_ZEROS + "    snap0 = ag.zeros((rows, width), "
-                                                       "ag.f32)\n"),
-                         (_SPLIT_PROMOTE0, " " * 16 + "snap0 = acc0 + 0.0\n" + _SPLIT_PROMOTE0),
-                         (_SPLIT_RETURN, "    return snap0, acc1\n")]:
-            assert src.count(old) == 1, old
-            src = src.replace(old, new)
-    path = tmp_path / f"gemm_fp8_split_{bug or 'same'}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    edits = [(_SPLIT_ZEROS, _SPLIT_ZEROS + "    snap0 = ag.zeros((rows, width), ag.f32)\n"),
+             (_SPLIT_PROMOTE0, " " * 16 + "snap0 = acc0 + 0.0\n" + _SPLIT_PROMOTE0),
+             (_SPLIT_RETURN, "    return snap0, acc1\n")] if bug == "snapshot" else []
+    module = load_edited(gemm_fp8, edits, tmp_path / f"gemm_fp8_split_{bug or 'same'}.py")
     s = module.Fp8GemmSchedule(bn=256, stages=4, promote=True, n_split=2)
     return lower_only(module.gemm_fp8_blockscaled_kernel(ag.bf16), s=s)
 
