@@ -19,7 +19,7 @@ import dataclasses
 import os
 import sys
 
-from argus.runtime.sass import have_disassembler, sass_text
+from argus.runtime.sass import NO_DISASSEMBLER, have_disassembler, sass_text
 
 
 def overlap_report(head_dim: int, causal: bool, schedule) -> list[str]:
@@ -50,8 +50,7 @@ def main() -> int:
     parser.add_argument("--default", action="store_true", help="the default schedule too")
     args = parser.parse_args()
     if not have_disassembler():
-        print("nvdisasm not found (NVDISASM= or PATH; the pip wheel nvidia-cuda-nvdisasm has "
-              "one)", file=sys.stderr)
+        print(NO_DISASSEMBLER, file=sys.stderr)
         return 2
     os.environ["ARGUS_VERIFY"] = "0"
     from argus.kernels.attention import default_schedule, fa3_overlap_schedule

@@ -23,7 +23,7 @@ import re
 import sys
 from collections import Counter
 
-from argus.runtime.sass import have_disassembler, k_loop, sass_text
+from argus.runtime.sass import NO_DISASSEMBLER, have_disassembler, k_loop, sass_text
 
 _OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)"
                      r"((?:\.[A-Za-z0-9_]+)*)")
@@ -94,8 +94,7 @@ def main() -> int:
     parser.add_argument("--mask", choices=("both", "full", "causal"), default="both")
     args = parser.parse_args()
     if not have_disassembler():
-        print("nvdisasm not found (NVDISASM= or PATH; the pip wheel nvidia-cuda-nvdisasm has "
-              "one)", file=sys.stderr)
+        print(NO_DISASSEMBLER, file=sys.stderr)
         return 2
     os.environ["ARGUS_VERIFY"] = "0"
     masks = {"both": (False, True), "full": (False,), "causal": (True,)}[args.mask]

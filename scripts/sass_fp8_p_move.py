@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-from argus.runtime.sass import have_disassembler, k_loop, sass_text
+from argus.runtime.sass import NO_DISASSEMBLER, have_disassembler, k_loop, sass_text
 
 OPS = ("SHFL.IDX", "SHFL.BFLY", "PRMT", "F2FP", "QGMMA")   # QGMMA: the fp8 wgmma
 
@@ -56,8 +56,7 @@ def main() -> int:
     parser.add_argument("--dims", default="64,128,256")
     args = parser.parse_args()
     if not have_disassembler():
-        print("nvdisasm not found (NVDISASM= or PATH; the pip wheel nvidia-cuda-nvdisasm has "
-              "one)", file=sys.stderr)
+        print(NO_DISASSEMBLER, file=sys.stderr)
         return 2
     os.environ["ARGUS_VERIFY"] = "0"
     for d in (int(x) for x in args.dims.split(",")):

@@ -23,7 +23,8 @@ import os
 import re
 import sys
 
-from argus.runtime.sass import have_disassembler, k_loop, register_a_hazards, sass_text
+from argus.runtime.sass import (NO_DISASSEMBLER, have_disassembler, k_loop, register_a_hazards,
+                                sass_text)
 
 
 def schedules():
@@ -120,8 +121,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated substrings of names")
     args = parser.parse_args()
     if not have_disassembler():
-        print("nvdisasm not found (NVDISASM= or PATH; pip wheel nvidia-cuda-nvdisasm)",
-              file=sys.stderr)
+        print(NO_DISASSEMBLER, file=sys.stderr)
         return 2
     os.environ["ARGUS_VERIFY"] = "0"   # machine code only; tests/verify proves the schedules
     only = [x for x in args.only.split(",") if x]

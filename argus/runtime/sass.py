@@ -77,6 +77,11 @@ def have_disassembler() -> bool:
     return any(find_tool(name) for name in _DISASSEMBLERS)
 
 
+# what the SASS scripts (scripts/sass_*.py) print when have_disassembler() is False
+NO_DISASSEMBLER = ("nvdisasm not found (NVDISASM= or PATH; the pip wheel nvidia-cuda-nvdisasm "
+                   "has one)")
+
+
 def instruction_histogram(sass: str) -> Counter[str]:
     """Opcode (without modifiers) -> count, e.g. {"HGMMA": 4, "UTMALDG": 2, ...}."""
     return Counter(_INSTRUCTION.findall(sass))
