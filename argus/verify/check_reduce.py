@@ -67,8 +67,9 @@ from argus.ir.types import TileType
 from argus.verify import solver
 from argus.verify import witness as W
 from argus.verify.accumulate import Accumulation, accumulations
+from argus.verify.fold import Fold, folds
 from argus.verify.model import Model, ReduceSite, _num, through
-from argus.verify.obligation import Obligation
+from argus.verify.obligation import Finding, Obligation
 from argus.verify.solver import value
 from argus.verify.tagdomain import (fresh_int, free_consts, integer_dim_position,
                                     is_coordinate_field, is_integer_dim, mentions)
@@ -82,7 +83,12 @@ def obligations(model: Model) -> tuple[list[Obligation], list]:
     for red in model.reduces:
         obs += _coverage(model, red)
         obs += _accumulated(model, red, accs)
-    return obs, []
+    finds: list[Finding] = []
+    for fold in folds(model):
+        got, found = _fold_claims(model, fold)
+        obs += got
+        finds += found
+    return obs, finds
 
 
 def carried_loops(model: Model, red: ReduceSite) -> list:
@@ -148,8 +154,12 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
     # twice), which a walk yielding each value once cannot see
     seen: set[int] = set()
 
+    roots = {f.root.id for f in folds(model)} if red.op.fn == "sum" else set()
+
     def leaves(vid: int, depth: int = 0) -> None:
         d = defs.get(vid)
+        if vid in roots and vid != red.op.result.id and vid not in seen:
+            found.append(vid)                  # a block folded by windows (fold.py)
         if isinstance(d, O.Reduce) and d.fn == red.op.fn and vid in seen:
             found.append(vid)                  # reached again: combined twice (see below)
         if depth > 16 or d is None or vid in seen:
@@ -208,6 +218,9 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
     sites = []
     for vid in dict.fromkeys(found):
         sites += [r for r in model.reduces if r.op.result.id == vid and r.op.axis is not None]
+        if vid in roots:
+            sites += [x for f in folds(model) if f.root.id == vid
+                      and (x := _fold_site(model, f)) is not None]
     return sites
 
 
@@ -231,6 +244,118 @@ def _order_preserved(model: Model, fn: str, op) -> object | None:
         return None                                    # c / x is decreasing
     x, c = op.args if tiles[0] else reversed(op.args)
     return x if positive_scalar(model, c) else None
+
+
+def _fold_site(model: Model, fold: Fold) -> ReduceSite | None:
+    """The fold read as `src.sum(axis)` where its windows are added (its root add's site):
+    the reduction it is when its windows partition the tile (`_partition`). None where the
+    tile has no tags."""
+    if fold.src.id not in model.tiles:
+        return None
+    op = O.Reduce(loc=fold.windows[0].loc, result=fold.root, src=fold.src, fn="sum",
+                  axis=fold.axis, scratch=(), release=True)
+    return ReduceSite(op, fold.site, model.tile(fold.src))
+
+
+def _fold_claims(model: Model, fold: Fold) -> tuple[list[Obligation], list[Finding]]:
+    """A fold (argus/verify/fold.py) carried over a loop: its windows are every column of the
+    tile once (`_partition`), a sum over the windows' axis of the accumulator follows the loop
+    (`_completion`), and then the fold is the tile's row sum, whose coverage over the loop is
+    posed as for `p.sum(axis)` (`_coverage`: each key once, the peeled first block, the count,
+    a causal stop left to wgmma.k-once). A peeled block folded the same way (the first block
+    before FA3's overlapped loop) must partition its tile too: `_peeled_terms` pairs it only
+    then."""
+    red = _fold_site(model, fold)
+    loops = carried_loops(model, red) if red is not None else []
+    if not loops:
+        return [], []
+    finds = [_partition(fold), _completion(model, fold, red, loops)]
+    seen = {fold.root.id}
+    for scope in loops:
+        for p in _peeled(model, red, scope.op):
+            other = _fold_of(model, p)
+            if other is not None and other.root.id not in seen:
+                seen.add(other.root.id)
+                finds.append(_partition(other, " (the block folded outside the loop)"))
+    if finds[0].status != "proven":
+        return [], finds          # not the tile's sum: the per-key claims would be of another
+    return _coverage(model, red, accumulated=False), finds
+
+
+def _fold_of(model: Model, site: ReduceSite) -> Fold | None:
+    """The fold a site read by `_fold_site` stands for (None for a reduction of the kernel)."""
+    if any(r is site for r in model.reduces):
+        return None
+    return next((f for f in folds(model) if f.root.id == site.op.result.id
+                 and f.src.id == site.op.src.id), None)
+
+
+def _partition(fold: Fold, where: str = "") -> Finding:
+    """The fold's windows hold every column of the tile along its axis exactly once (decided
+    on the windows' static starts and width: a dropped window, one added twice, a width or a
+    stride that leaves a gap or an overlap each leave a column counted 0 or 2 times)."""
+    n, w, extent = len(fold.windows), fold.width, fold.extent
+    starts = sorted(x.start for x in fold.windows)
+    subject = (f"sum of {n} windows of width {w} along axis {fold.axis} at "
+               f"{fold.windows[0].loc}{where}: every column of the {extent}-column tile once")
+    counts = fold.counts()
+    bad = next(((c, at) for c, at in sorted(counts.items()) if len(at) != 1), None)
+    if bad is None:
+        return Finding("reduce.coverage", fold.windows[0].loc, subject, "proven")
+    c, at = bad
+    said = (f"is in none of them" if not at else
+            f"is added {len(at)} times, by the windows starting at "
+            f"{', '.join(str(a) for a in at)}")
+    what = "never added" if not at else "counted more than once"
+    return Finding("reduce.coverage", fold.windows[0].loc, subject, "violated",
+                   f"column {c} of the tile folded at {fold.windows[0].loc} ({extent} columns "
+                   f"along axis {fold.axis}; windows of width {w} starting at "
+                   f"{', '.join(str(a) for a in starts)}) {said}: the row sum has that column "
+                   f"{what}",
+                   {"column": c, "windows": starts, "width": w, "extent": extent,
+                    "added": len(at)},
+                   fix=f"add the {extent // w if w else 0} windows [{w}g, {w}g + {w}) of the "
+                       f"tile, each once")
+
+
+def _completion(model: Model, fold: Fold, red: ReduceSite, loops) -> Finding:
+    """After the loop, the accumulator the fold is carried in is summed along the windows'
+    axis (`l.sum(axis=1)`: the 8 partials of a row made one): found as a sum over that axis
+    outside the loop whose source is, through variables, their assignments and conversions,
+    the loop's accumulator. Without it the row's statistic is left as partials (one of them
+    read, or the wrong axis summed)."""
+    outer = loops[0].op
+    accs = set()
+    for scope in loops:
+        accs |= accumulators(red, scope.op)
+    defs = model.value_defs()
+    assigned = model.assigned_sources()
+
+    def follow(v, op) -> list:
+        if isinstance(op, O.Var):
+            return [op.init] + list(assigned.get(v.id, ()))
+        return [op.src] if isinstance(op, _THROUGH) else []
+    names = ", ".join(sorted({defs[a].result.hint or f"%{a}" for a in accs if a in defs}))
+    subject = (f"the partials of the fold at {fold.windows[0].loc}, carried in {names} over "
+               f"loop@{outer.loc}, summed over axis {fold.axis} after the loop")
+    others = []
+    for r in model.reduces:
+        if any(sc.op is outer for sc in r.site.loops()) or \
+                not any(x.id in accs for x, _ in model.walk_defs(r.op.src, follow)):
+            continue
+        if r.op.fn == "sum" and r.op.axis == fold.axis:
+            return Finding("reduce.coverage", r.op.loc, subject + f" (at {r.op.loc})",
+                           "proven")
+        others.append(f"{r.op.fn} over axis {r.op.axis} at {r.op.loc}")
+    seen = f" (the accumulator is reduced only by the {'; '.join(others)})" if others else ""
+    return Finding("reduce.coverage", fold.windows[0].loc, subject, "violated",
+                   f"the fold at {fold.windows[0].loc} adds each row's columns into "
+                   f"{fold.width} partials carried in {names} over loop@{outer.loc}, but no sum "
+                   f"over axis {fold.axis} of them follows the loop{seen}: the row's statistic "
+                   f"is never the sum of its columns",
+                   {"partials": fold.width, "axis": fold.axis, "accumulator": names},
+                   fix=f"sum the accumulator over axis {fold.axis} once after the loop "
+                       f"(`{names or 'acc'} = {names or 'acc'}.sum(axis={fold.axis})`)")
 
 
 def _region_of(region, target: O.For):
@@ -278,12 +403,17 @@ def _siblings(model: Model, red: ReduceSite, loops) -> list[ReduceSite]:
     return out
 
 
-def _coverage(model: Model, red: ReduceSite, extents: dict | None = None) -> list[Obligation]:
+def _coverage(model: Model, red: ReduceSite, extents: dict | None = None, *,
+              accumulated: bool | None = None) -> list[Obligation]:
     """`extents`: the fields of integer dims (`dim{i}`) to check too, with their extent (the
     caller resolved which tensor's dim they are: `_accumulated`); coordinate fields take
-    theirs from the tensor that names them."""
+    theirs from the tensor that names them. `accumulated`: the site is `_accumulated`'s
+    reading of an elementwise accumulation (by default: a site that is not the kernel's
+    reduction); a fold (`_fold_claims`) is a row reduction carried over the loop, as the
+    kernel's are."""
     extents = extents or {}
-    accumulated = not any(r is red for r in model.reduces)   # read so by `_accumulated`
+    if accumulated is None:
+        accumulated = not any(r is red for r in model.reduces)   # read so by `_accumulated`
     loops = carried_loops(model, red)
     if not loops:
         return []
@@ -765,6 +895,9 @@ def _peeled_terms(model: Model, red: ReduceSite, loops, name: str, idx) -> list[
     out = []
     for p in sites:
         pshape = p.op.src.type.shape
+        fold = _fold_of(model, p)
+        if fold is not None and _partition(fold).status != "proven":
+            continue            # not its tile's sum (`_fold_claims` reports the windows)
         if p.op.axis != axis or len(pshape) != len(shape) or any(
                 a != b for d, (a, b) in enumerate(zip(pshape, shape)) if d != axis):
             continue
@@ -960,8 +1093,14 @@ def _accumulated(model: Model, red: ReduceSite, accs: list[Accumulation]) -> lis
         return []
     inits = {r.id: op for op in model.kernel.walk() for r in op.results()}
     out = []
+    folded = {f.root.id for f in folds(model)}
     for acc in mine:
         if tuple(acc.part.type.shape) != tuple(shape):
+            continue
+        if acc.combine.result.id in folded:
+            # the part is a fold of a wider tile's windows (the deferred row sum): its
+            # positions are (window, column), not the part's own, and `_fold_claims` poses
+            # the row's claims on the folded tile (read as 8 keys a block it is one short)
             continue
         if not isinstance(inits.get(acc.var.init.id), O.Full):
             # a block of the row in the initial value (`acc = x0`, the loop from block 1):
