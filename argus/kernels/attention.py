@@ -296,9 +296,10 @@ class AttentionSchedule:
     # once after the KV loop. Per KV block at head dim 128 this drops the sum's quad shuffles
     # (2 a row, 4 SHFL + 4 FADD a thread) and splits its FADD chain in four (16 deep, not 32);
     # the row max still takes its shuffles every block (the exponent needs it). block_n a
-    # multiple of 8; fa3_overlap only. The verifier does not prove the folded sum's coverage
-    # (reduce.coverage proves the per-block sum; the fold is the interpreter's check, h321).
-    # Not the default until measured on a GPU
+    # multiple of 8; fa3_overlap only. The verifier proves the folded sum's coverage (h323,
+    # argus/verify/fold.py: the windows are every column of P once, the partials are summed
+    # over axis 1 after the loop, and the unfolded sum's per-block claims hold of the folded
+    # P), bf16 and FP8 alike. Not the default until measured on a GPU
     defer_row_sum: bool = False
 
     @property
@@ -386,12 +387,13 @@ class AttentionSchedule:
                             f"accumulator column pair a thread each): block_n={self.block_n} "
                             f"is not a multiple of 8")
         if self.defer_row_sum and not self.fa3_overlap:
-            # the verifier's reduce.coverage reads the folded (64, 8) partial as 8 keys a
-            # block: in ping-pong's plain loop it reports the sum after the loop as
-            # violated (a false finding; the interpreter matches float64 there)
+            # built and measured for FA3's loop only. Before h323 the verifier read the folded
+            # (64, 8) partial as 8 keys a block and reported the sum after ping-pong's plain
+            # loop as violated; since the fold claims it verifies clean there too (head dims
+            # 64 and 128, CPU only), so lifting this is the lead's call after a GPU run
             problems.append("defer_row_sum=True is built for FA3's overlap order: it needs "
-                            "fa3_overlap=True (in the plain loop the verifier's "
-                            "reduce.coverage does not model the 8-column fold of P)")
+                            "fa3_overlap=True (the plain loop's fold verifies, but is "
+                            "neither measured nor tested in the interpreter)")
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
