@@ -269,7 +269,12 @@ def _fold_claims(model: Model, fold: Fold) -> tuple[list[Obligation], list[Findi
     loops = carried_loops(model, red) if red is not None else []
     if not loops:
         return [], []
-    finds = [_partition(fold), _completion(model, fold, red, loops)]
+    done = _completion(model, fold, red, loops)
+    if done is None:
+        # nothing reduces the partials after the loop: a keep-width sum (the partials are
+        # the result), no row statistic, as a reduction not carried over the loop is none
+        return [], []
+    finds = [_partition(fold), done]
     seen = {fold.root.id}
     for scope in loops:
         for p in _peeled(model, red, scope.op):
@@ -318,12 +323,14 @@ def _partition(fold: Fold, where: str = "") -> Finding:
                        f"tile, each once")
 
 
-def _completion(model: Model, fold: Fold, red: ReduceSite, loops) -> Finding:
+def _completion(model: Model, fold: Fold, red: ReduceSite, loops) -> Finding | None:
     """After the loop, the accumulator the fold is carried in is summed along the windows'
     axis (`l.sum(axis=1)`: the 8 partials of a row made one): found as a sum over that axis
     outside the loop whose source is, through variables, their assignments and conversions,
-    the loop's accumulator. Without it the row's statistic is left as partials (one of them
-    read, or the wrong axis summed)."""
+    the loop's accumulator. A reduction of it that is not that (a max, a sum over another
+    axis) leaves the row's statistic as partials: violated. None where nothing reduces the
+    accumulator after the loop (the DSL refuses the deferred row sum's partials where the
+    reduced sum is read: they do not broadcast against O)."""
     outer = loops[0].op
     accs = set()
     for scope in loops:
@@ -347,7 +354,9 @@ def _completion(model: Model, fold: Fold, red: ReduceSite, loops) -> Finding:
             return Finding("reduce.coverage", r.op.loc, subject + f" (at {r.op.loc})",
                            "proven")
         others.append(f"{r.op.fn} over axis {r.op.axis} at {r.op.loc}")
-    seen = f" (the accumulator is reduced only by the {'; '.join(others)})" if others else ""
+    if not others:
+        return None
+    seen = f" (the accumulator is reduced only by the {'; '.join(others)})"
     return Finding("reduce.coverage", fold.windows[0].loc, subject, "violated",
                    f"the fold at {fold.windows[0].loc} adds each row's columns into "
                    f"{fold.width} partials carried in {names} over loop@{outer.loc}, but no sum "

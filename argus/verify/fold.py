@@ -16,7 +16,9 @@ the leaves of a maximal tree of elementwise adds of one shape (the tree the accu
 `l * alpha + w0 + w1 ...`, any association), those that are `tile.slice` windows of one tile
 along one axis, narrower than the tile there (a window the whole tile wide is the tile).
 The other leaves (the rescaled accumulator) are not the fold's. Whether the sum is carried
-over a loop is the checker's question (a fold outside one states nothing about a row).
+over a loop and reduced after it is the checker's question (a fold outside a loop, or whose
+partials nothing reduces after it, keeps its width on purpose and states nothing about a
+row).
 """
 
 from __future__ import annotations
@@ -66,9 +68,12 @@ def folds(model: Model) -> list[Fold]:
     # the values an add of the same shape reads: not the root of a maximal tree
     inner = {a.id for ew in model.ews if adds(ew.op.result) is not None for a in ew.op.args}
     out: list[Fold] = []
+    roots: set[int] = set()
     for ew in model.ews:
-        if adds(ew.op.result) is None or ew.op.result.id in inner:
+        if adds(ew.op.result) is None or ew.op.result.id in inner or \
+                ew.op.result.id in roots:
             continue
+        roots.add(ew.op.result.id)        # one fold a tree (the first site's, as recorded)
         leaves: list = []
         todo = [ew.op.result]
         while todo:
