@@ -308,7 +308,7 @@ def _partition(fold: Fold, where: str = "") -> Finding:
     if bad is None:
         return Finding("reduce.coverage", fold.windows[0].loc, subject, "proven")
     c, at = bad
-    said = (f"is in none of them" if not at else
+    said = ("is in none of them" if not at else
             f"is added {len(at)} times, by the windows starting at "
             f"{', '.join(str(a) for a in at)}")
     what = "never added" if not at else "counted more than once"
