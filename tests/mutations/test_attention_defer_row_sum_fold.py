@@ -13,6 +13,11 @@ them a dropped window verified clean (only the interpreter tests saw it):
     runs (a 7-column accumulator tile has no wgmma layout; a [64, 8] or [1, 8] sum does not
     broadcast against O).
 
+The alpha rescale keeps the unfolded sum's statistics claim: the block's partial rescaled by
+the block's own alpha (`l_i * alpha + part * alpha`) is reported by softmax.stats with the
+message the unfolded `p.sum(axis=1) * alpha` gets. (Neither form reports a rescale dropped,
+`l_i + part`: softmax.stats leaves a sum never rescaled unknown, folded or not.)
+
 A fold of 16-column windows at a stride of 16 (every column once) verifies clean, as does the
 library's. The bugs are seeded in a copy of argus/kernels/attention.py (tests/loading
 .load_edited)."""
@@ -54,14 +59,18 @@ MUTATIONS = {
     "sum_missing": [(_SUM, "pass")],
     "sum_axis0": [(_SUM, "l_i = l_i.sum(axis=0)")],
     "width16_stride16": _width(16, 16, "BN // 16"),       # not a bug: every column once
+    "stale_rescale": [("l_i * alpha + part", "l_i * alpha + part * alpha")],
+    "stale_rescale_unfolded": [("l_i * alpha + p.sum(axis=1)",
+                                "l_i * alpha + p.sum(axis=1) * alpha")],
 }
 
 
-def _kernel(tmp_path, bug: str | None, causal: bool, head_dim: int = 128):
+def _kernel(tmp_path, bug: str | None, causal: bool, head_dim: int = 128,
+            variant: str = "default+sumend"):
     module = load_edited(A, MUTATIONS[bug] if bug else [],
                          tmp_path / f"attention_{bug or 'same'}.py")
-    s = BENCH.variant_schedule("default+sumend", head_dim, causal, 16384)
-    assert s.defer_row_sum
+    s = BENCH.variant_schedule(variant, head_dim, causal, 16384)
+    assert s.defer_row_sum == ("sumend" in variant)
     return lower_only(module.attention_kernel(head_dim, ag.bf16, causal, False), s=s)
 
 
@@ -119,3 +128,12 @@ def test_the_partials_left_unsummed_are_reported(tmp_path):
 def test_shapes_the_dsl_refuses(tmp_path, bug, said):
     with pytest.raises(ArgusError, match=said):
         _kernel(tmp_path, bug, False)
+
+
+def test_a_stale_rescale_is_reported_as_for_the_unfolded_sum(tmp_path):
+    def stats(bug, variant):
+        report = verify.run(_kernel(tmp_path, bug, False, variant=variant))
+        return [f.message.replace(f"attention_{bug}.py", "attention.py")
+                for f in report.findings if f.code == "softmax.stats" and f.status != "proven"]
+    folded = stats("stale_rescale", "default+sumend")
+    assert folded and folded == stats("stale_rescale_unfolded", "default"), folded
