@@ -774,12 +774,18 @@ class WgmmaFence(Op):
     fragment each iteration, or no loop issues it). The default is the copy: IR built or
     parsed without that decision (hand-written, a test's) gets the fence that is right for
     every fragment; the pin is right only where the fragment is not loop-invariant, and the
-    copy costs only a prmt a register. The printed IR names the pins alone (`a_copy=false`)."""
+    copy costs only a prmt a register. The printed IR names the pins alone (`a_copy=false`).
+    `a_scope` (with `a_registers`, set by lower/sync.py): the packed A registers are declared
+    this many regions out from the one issuing the wgmma, because its group stays in flight
+    past the end of the issuing region(s) (FA3's P_{j-1} V_{j-1} issued in K_j's consume step
+    and retired in V_{j-1}'s, after K_j's release); 0, the default: in the issuing region.
+    The group is retired before the end of the region that declares them."""
 
     NAME = "wgmma.fence"
     tiles: tuple[Value, ...]
     a_registers: bool = False
     a_copy: bool = field(default=True, metadata={"elide_default": True})
+    a_scope: int = field(default=0, metadata={"elide_default": True})
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,16 @@ what is in flight and inserts:
   FlashAttention's softmax of S_j, issued before P_{j-1} V_{j-1}, waits with N = 1 and the
   P V group stays in flight beside it. An rs group's packed A registers live in the C scope of
   its issue (codegen declares them there), so such a group is retired before the region that
-  issued it ends (the end of an `ag.when` / loop body, or its consume step's end). At the
+  issued it ends (the end of an `ag.when` / loop body, or its consume step's end), with one
+  exception (`_outlives`): an rs group issued in a consume step nested in another, that reads
+  no shared memory of its own step's slot and whose A tile is defined outside that step,
+  stays in flight past the step's end (whose wait retires only the groups reading the slot:
+  wait N, N = the groups committed after them) and is taken over by the enclosing step, where
+  the general rule retires it (an op touching its registers, a covering wait, that step's end
+  before its release); its issue's wgmma.fence gets `a_scope` = the steps it outlived, and
+  codegen declares its packed A registers that many regions out. FA3's early K release:
+  S_j and P_{j-1} V_{j-1} issued in K_j's step inside V_{j-1}'s, K_j's end `wait 1` + K_j's
+  release, the softmax of S_j, V_{j-1}'s end `wait 0` + V's release. At the
   step's end: with `wgmma_in_flight` = 1 and no rs group open, `wgmma.wait 1` (retires the
   previous step's group) and the release of the previous step's slot, this one held (a
   `whole_step` step: `wgmma.wait N`, N = its groups still in flight, so none of them retires
@@ -127,6 +136,10 @@ class _Group:
     overlapped: bool = False
     # an overwriting wgmma issued while an earlier step's group was still held (`_beside`)
     beside: bool = False
+    # the issue's wgmma.fence (its a_scope counts the consume steps the group outlives) and
+    # the ids of the pipeline stages whose shared memory it reads (None: a view of no stage)
+    fence: O.WgmmaFence | None = None
+    stages: frozenset | None = None
 
 
 A_REGS_NOTE = "the A registers are read until the group retires"
@@ -143,6 +156,9 @@ class _State:
     # all but the newest N of them
     inflight: list[_Group] = field(default_factory=list)
     depth: int = 0                    # regions entered (an rs group retires before its own ends)
+    def_depth: dict = field(default_factory=dict)   # value id -> depth of its defining region
+    # id(wgmma.fence) -> (the fence, its a_scope): rs groups kept in flight past their step
+    a_scopes: dict = field(default_factory=dict)
     tile_root: dict[int, int] = field(default_factory=dict)  # register view -> its tile
     # pipe id -> (pipe, accumulators) of a consume step whose last group is still in flight
     pending: dict[int, tuple[Value, list[Value]]] = field(default_factory=dict)
@@ -289,6 +305,49 @@ def _retire_scope(st: _State, outer_depth: int, loc) -> list[O.Op]:
     go out of scope with it."""
     late = [g for g in st.inflight if g.a is not None and g.depth > outer_depth]
     return _retire(st, late, A_REGS_NOTE, loc) if late else []
+
+
+def _stages_read(op: O.Wgmma, st: _State) -> frozenset | None:
+    """The ids of the pipeline stages (consume steps' `stage` values) whose slots `op` reads
+    from shared memory; None where a view slices no stage (an unstaged buffer)."""
+    out = set()
+    for view in ([op.b] if op.a_in_registers else [op.a, op.b]):
+        v, stage = view, None
+        while isinstance(d := st.defs.get(v.id), O.SmemSlice):
+            if stage is None:
+                stage = d.stage
+            v = d.buffer
+        if stage is None:
+            return None
+        out.add(stage.id)
+    return frozenset(out)
+
+
+def _outlives(step: O.Consume, g: _Group, st: _State) -> bool:
+    """Whether rs group `g`, issued in consume step `step` (whose body just ended; st.depth
+    is the enclosing region's), stays in flight past the step's end: it reads no shared
+    memory of the step's slot (so the release need not wait for it), its A tile is defined
+    outside the step (a value that outlives it: FA3's P_{j-1}, carried or converted before
+    K_j's step), and an enclosing consume step takes it over, where it retires at the first
+    op that touches its registers, a wait that covers it, or that step's own end (its slot
+    release, or the region declaring its packed A registers: WgmmaFence.a_scope). Issued
+    inside an `if` or loop of the step, it has retired at that region's end already."""
+    return (g.a is not None and g.fence is not None and len(st.in_consume) >= 2
+            and g.depth == st.depth + 1 and g.stages is not None
+            and step.stage.id not in g.stages
+            and st.def_depth.get(st.tile(g.a), 0) <= st.depth)
+
+
+def _set_scopes(region: Region, scopes: dict) -> Region:
+    """`region` with each wgmma.fence of `scopes` (by identity) given its a_scope."""
+    ops = []
+    for op in region.ops:
+        if id(op) in scopes and scopes[id(op)][0] is op:
+            op = op.replace(a_scope=scopes[id(op)][1])
+        subs = {f.name: _set_scopes(getattr(op, f.name), scopes) for f in op.spec_fields()
+                if isinstance(getattr(op, f.name), Region)}
+        ops.append(op.replace(**subs) if subs else op)
+    return Region(tuple(ops))
 
 
 def _flush(st: _State, loc) -> list[O.Op]:
@@ -541,6 +600,8 @@ def _exchange_widen(body: Region, st: _State) -> None:
 def _region(ops, st: _State) -> list[O.Op]:
     out: list[O.Op] = []
     for op in ops:
+        for v in op.results():
+            st.def_depth.setdefault(v.id, st.depth)
         if st.pending and not isinstance(op, NO_FLUSH) and not is_tag_op(op) \
                 and not _chains(op, st) and not _beside(op, st) \
                 and not _carries_beside(op, st):
@@ -648,8 +709,20 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
         body = _region(op.body.ops, st)
         st.depth -= 1
         mine = list(st.in_consume[-1])
+        # rs groups that read no slot of this step and whose A registers outlive it stay in
+        # flight (_outlives): FA3's K_j released after wait 1, P_{j-1} V_{j-1} still running
+        later = [g for g in mine if _outlives(op, g, st)]
+        if later:
+            mine = [g for g in mine if g not in later]
+            st.in_consume[-1][:] = mine
+            st.in_consume[-2].extend(later)
+            for g in later:
+                g.depth = st.depth
+                st.a_scopes[id(g.fence)] = (g.fence, st.a_scopes.get(id(g.fence),
+                                                                     (g.fence, 0))[1] + 1)
         accs = [g.acc for g in mine]
-        if mine and op.wgmma_in_flight == 1 and all(g.a is None for g in mine):
+        if mine and not later and op.wgmma_in_flight == 1 and \
+                all(g.a is None for g in mine):
             # keep this step's group in flight: wait_group 1 retires the previous step's,
             # whose slot is released now; this one's is held. A whole step keeps every group
             # it committed (`mine`: those still in flight, the newest of all): wait N, N =
@@ -680,12 +753,13 @@ def _visit(op: O.Op, st: _State) -> list[O.Op]:  # noqa: C901 - a dispatcher ove
             out += _retire(st, touched, "the accumulator is read as register A", loc)
         rs = op.a_in_registers
         # a_copy only means something with register A (smem A: the default, elided in the IR)
-        out += [O.WgmmaFence((op.acc,), a_registers=rs, a_copy=not rs or _a_copy(op, st),
-                             loc=loc),
-                op, O.WgmmaCommit(loc=loc)]
+        fence = O.WgmmaFence((op.acc,), a_registers=rs, a_copy=not rs or _a_copy(op, st),
+                             loc=loc)
+        out += [fence, op, O.WgmmaCommit(loc=loc)]
         if st.in_consume:
             group = _Group(op.acc, op.a if rs else None, st.depth,
-                           beside=bool(st.pending) and _beside(op, st))
+                           beside=bool(st.pending) and _beside(op, st),
+                           fence=fence, stages=_stages_read(op, st))
             st.in_consume[-1].append(group)
             st.inflight.append(group)
         elif rs:
@@ -815,4 +889,7 @@ def run(kernel: Kernel) -> Kernel:
         # no CTA leaves while a peer may still multicast into its smem or arrive on its
         # barriers (HOPPER.md hazard 12)
         out.append(O.ClusterSync(loc=out[-1].loc if out else Loc.unknown()))
-    return dataclasses.replace(kernel, body=Region(tuple(out))).with_attrs(synchronized=True)
+    body = Region(tuple(out))
+    if st.a_scopes:
+        body = _set_scopes(body, st.a_scopes)
+    return dataclasses.replace(kernel, body=body).with_attrs(synchronized=True)

@@ -16,8 +16,11 @@ skipped and the taken path):
       the newest N): no elementwise, reduce, convert, store, stmatrix, var/assign or anything
       else reads or writes it (or a view of it) while the tensor cores may still write it. A
       wgmma accumulating into the same tile (chaining) and `fence.operands` are no readers.
-      Also, an rs wgmma's group is retired before the region that issued it ends: its packed A
-      registers live in that region's C scope (codegen/cuda/mma.py), and once out of scope
+      Also, an rs wgmma's group is retired before the region that declares its packed A
+      registers ends: the region that issued it, or the one its wgmma.fence's a_scope names
+      (that many regions out: a group lower/sync.py keeps in flight past its consume step,
+      FA3's P_{j-1} V_{j-1} issued in K_j's step and retired in V_{j-1}'s); the registers
+      live in that region's C scope (codegen/cuda/mma.py, emit.py), and once out of scope
       ptxas may give them to other values while the tensor cores still read them (the
       register reuse of 9879b96). So a `wgmma.wait N` that allows the group to stay in flight
       past its region's end, or past an op touching its tiles, is a violation: N is read as
@@ -272,12 +275,34 @@ class _Checker:
         self.scope_ends(placed, st)
         return st
 
+    @staticmethod
+    def declared_here(placed: list) -> list:
+        """(program point, rs wgmma) whose packed A registers this region declares (its ops
+        as (program point, op)): those it issues with a fence of a_scope 0, and those issued
+        k regions inside it whose fence (the op before the wgmma) has a_scope k
+        (lower/sync.py keeps their groups in flight past the issuing regions; codegen
+        declares the registers here, emit.py declare_outer_a_registers)."""
+        out = []
+
+        def walk(ops: list, k: int) -> None:
+            prev = None
+            for at, op in ops:
+                if isinstance(op, O.Wgmma) and op.a_in_registers:
+                    scope = prev.a_scope if isinstance(prev, O.WgmmaFence) else 0
+                    if scope == k:
+                        out.append((at, op))
+                for j, r in enumerate(op.regions()):
+                    walk([(at + (j, i), x) for i, x in enumerate(r.ops)], k + 1)
+                prev = op
+        walk(placed, 0)
+        return out
+
     def scope_ends(self, placed: list, st: _State) -> None:
         """sync.acc at the end of a region (its ops as (program point, op)): no rs wgmma
-        issued in it is still in flight (its packed A registers go out of scope here)."""
-        for at, op in placed:
-            if not (isinstance(op, O.Wgmma) and op.a_in_registers):
-                continue
+        whose packed A registers it declares (declared_here: those it issued, or issued in
+        regions inside it and kept in flight past them) is still in flight (the registers
+        go out of scope here)."""
+        for at, op in self.declared_here(placed):
             live = any(k[2] == at for g in (*st.groups, st.open_reads) for k in g
                        if len(k) == 3)
             key = ("sync.acc", "scope", at)

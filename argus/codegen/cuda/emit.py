@@ -192,6 +192,11 @@ class TileInfo:
     word_base: int = 0
 
 
+def a_k_steps(op: O.Wgmma) -> int:
+    """The k steps of rs wgmma `op`: one A fragment of four 32-bit registers each."""
+    return op.k_extent // (32 // op.a.type.dtype.bytes)
+
+
 def per_word(dtype) -> int:
     """Elements a 32-bit word of a packed tile holds (TileType.packed): 2 bf16/f16, 4 e4m3."""
     return 32 // dtype.bits
@@ -258,6 +263,9 @@ class _Emitter(metaclass=_RuleNames):
     # their wait names them, with the fence their issue had
     a_frags: dict[int, list[tuple[str, int, bool]]] = field(default_factory=dict)
     a_frag_count: int = 0
+    # id(wgmma.fence) -> the C name of the packed A registers declared in an enclosing
+    # region for its group, which stays in flight past the issuing region (a_scope)
+    a_outer: dict[int, str] = field(default_factory=dict)
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
@@ -357,6 +365,7 @@ class _Emitter(metaclass=_RuleNames):
 
     # -- regions -----------------------------------------------------------------------
     def region(self, region: Region) -> None:
+        self.declare_outer_a_registers(region)
         ops = region.ops
         i = 0
         while i < len(ops):
@@ -366,6 +375,23 @@ class _Emitter(metaclass=_RuleNames):
             else:
                 self.op(ops[i])
                 i += 1
+
+    def declare_outer_a_registers(self, region: Region) -> None:
+        """Declare at the top of `region` the packed A registers of the rs wgmma issued k
+        regions inside it whose fence has a_scope = k (lower/sync.py: their groups stay in
+        flight until the wait that retires them in this region, so the registers must live
+        here, where the fence.operands after that wait names them)."""
+        def walk(r: Region, k: int) -> None:
+            for i, op in enumerate(r.ops):
+                if k and isinstance(op, O.WgmmaFence) and op.a_registers and op.a_scope == k:
+                    name = f"ra{self.a_frag_count}"
+                    self.a_frag_count += 1
+                    self.emit(f"ag::uint32_t {name}[{a_k_steps(r.ops[i + 1])}][4];"
+                              f"  // in flight past its issue's scope")
+                    self.a_outer[id(op)] = name
+                for sub in op.regions():
+                    walk(sub, k + 1)
+        walk(region, 0)
 
     def block(self, head: str, region: Region) -> None:
         self.emit(head + " {")

@@ -9,7 +9,7 @@ fences and waits render through their sync rules (sync.py).
 
 from __future__ import annotations
 
-from argus.codegen.cuda.emit import _Emitter, group_rule, rule, strip_round
+from argus.codegen.cuda.emit import _Emitter, a_k_steps, group_rule, rule, strip_round
 from argus.codegen.cuda.sync import fence_operands, wgmma_fence, wgmma_wait
 from argus.codegen.wgmma import WgmmaSpec
 from argus.errors import CompileError
@@ -33,11 +33,15 @@ def wgmma_issue(em: _Emitter, ops, i: int) -> int:
     ra = "ra"
     if op.a_in_registers and not waited:
         # the group stays in flight past this block: its packed A registers live in the
-        # enclosing scope until the fence.operands after the wait that retires it
-        ra = f"ra{em.a_frag_count}"
-        em.a_frag_count += 1
-        k_steps = op.k_extent // (32 // op.a.type.dtype.bytes)
-        em.emit(f"ag::uint32_t {ra}[{k_steps}][4];")
+        # enclosing scope (or one a_scope regions out, declared there: emit.py
+        # declare_outer_a_registers) until the fence.operands after the wait that retires it
+        k_steps = a_k_steps(op)
+        if fence.a_scope:
+            ra = em.a_outer.pop(id(fence))
+        else:
+            ra = f"ra{em.a_frag_count}"
+            em.a_frag_count += 1
+            em.emit(f"ag::uint32_t {ra}[{k_steps}][4];")
         em.a_frags.setdefault(op.acc.id, []).append((ra, k_steps, fence.a_copy))
     em.emit("{")
     em.indent += 1
