@@ -174,7 +174,10 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
     at head dims 128 and 256. "sumend" (any loop): defer_row_sum, the running row sum kept as
     each thread's partial (P's columns folded by 8-column windows) and reduced across the quad
     once after the KV loop (FA3's online_softmax: no warp reduce of the sum per block), e.g.
-    "default+sumend". "copyfence" changes no schedule field: the variant's kernels
+    "default+sumend". "ekr" (with FA3's overlap order, bf16 / f16 without ping-pong):
+    early_k_release, K_j released after wait 1 (S_j retired, P_{j-1} V_{j-1} in flight) and
+    before the softmax of S_j, FA3's order, e.g. "default+ekr". "copyfence" changes no
+    schedule field: the variant's kernels
     are built with every wgmma register-A fence a copy (a_fence, ARGUS_WGMMA_A_FENCE=copy),
     e.g. "default+copyfence" against "default" (lowering's choice since h314)."""
     import dataclasses
@@ -235,6 +238,8 @@ def variant_schedule(variant: str, head_dim: int, causal: bool, seq_len: int | N
         extra["rescale_after_pv"] = True
     if "sumend" in parts:   # the row sum kept per thread, reduced across the quad at the end
         extra["defer_row_sum"] = True
+    if "ekr" in parts:      # K_j released after S_j retires, before its softmax (fa3_overlap)
+        extra["early_k_release"] = True
     if "cl2" in parts and causal:
         raise ValueError("cl2: full masks only")
     if parts[0] == "default":
@@ -869,7 +874,7 @@ def main() -> int:
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default (the op's choice), plain, persistent, "
                              "overlap, fa3, pingpong, 2wg, 3wg, occ2, lpt, own, earlyq, snake, "
-                             "cl2, grid, bnN, packp, ppfa3, olate, sumend, "
+                             "cl2, grid, bnN, packp, ppfa3, olate, sumend, ekr, "
                              "stN, emuN, "
                              "ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "

@@ -301,6 +301,15 @@ class AttentionSchedule:
     # over axis 1 after the loop, and the unfolded sum's per-block claims hold of the folded
     # P), bf16 and FP8 alike. Not the default until measured on a GPU
     defer_row_sum: bool = False
+    # fa3_overlap only: FA3's early K release (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp,
+    # IntraWGOverlap): K_j's consume step holds the two issues alone, S_j = Q K_j^T and
+    # P_{j-1} V_{j-1}, inside V_{j-1}'s step; its end waits wait_group 1 (S_j retired, P V
+    # still in flight) and releases K_j before the softmax of S_j, and V_{j-1}'s end waits
+    # wait_group 0 and releases V_{j-1}. P_{j-1}'s A fragment is converted (or carried,
+    # packed_p) before K_j's step, so its registers outlive the step and lower/sync.py keeps
+    # the group in flight past it (_outlives). The producer may load K_{j+2} a softmax
+    # earlier. bf16 / f16 without ping-pong. Not the default until measured on a GPU
+    early_k_release: bool = False
 
     @property
     def rescale_late(self) -> bool:
@@ -394,6 +403,8 @@ class AttentionSchedule:
             problems.append("defer_row_sum=True is built for FA3's overlap order: it needs "
                             "fa3_overlap=True (the plain loop's fold verifies, but is "
                             "neither measured nor tested in the interpreter)")
+        problems += early_k_release_problems(self.early_k_release, self.fa3_overlap,
+                                             self.ordered, self.rescale_after_pv)
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -527,6 +538,10 @@ class AttentionSchedule:
                             "which the FP8 kernel does not gather into the 8-bit A fragment: "
                             "add fa3_overlap=True (the turns around S and P V, Q in shared "
                             "memory) or use the plain loop")
+        if self.early_k_release:
+            problems.append("early_k_release=True is built for the bf16 / f16 loop (one P V "
+                            "group from P's 16-bit fragment); the FP8 kernel's P V takes one "
+                            "group per V^T atom: leave it False")
         return problems
 
 
@@ -567,6 +582,26 @@ def rescale_after_pv_problems(rescale_after_pv: bool, fa3_overlap: bool) -> list
     if rescale_after_pv and not fa3_overlap:
         return ["rescale_after_pv=True moves O's rescale behind the P V that FA3's overlap "
                 "order leaves in flight: it needs fa3_overlap=True"]
+    return []
+
+
+def early_k_release_problems(early_k_release: bool, fa3_overlap: bool, ordered: bool,
+                             rescale_after_pv: bool = False) -> list[str]:
+    """AttentionSchedule.early_k_release's rule (a function of the fields it reads, as
+    packed_p_problems, for the agent's declared space); FP8 is refused by problems_for."""
+    if early_k_release and not fa3_overlap:
+        return ["early_k_release=True reorders FA3's overlap loop (K_j released after S_j "
+                "retires, P_{j-1} V_{j-1} still in flight): it needs fa3_overlap=True"]
+    if early_k_release and ordered:
+        return ["early_k_release=True is built without ping-pong (the turn around both "
+                "issues sits inside the V step): use ordered=False"]
+    if early_k_release and rescale_after_pv:
+        # O accumulates in place into the loop's own O there (nothing may be rebound inside
+        # K_j's step); check_wgmma's k-once does not follow that chain across the back edge
+        # and reports the last P V's keys as never multiplied (h324)
+        return ["early_k_release=True with rescale_after_pv=True is not proven yet (the "
+                "verifier's wgmma.k-once does not follow O accumulated in place across the "
+                "loop's back edge): use rescale_after_pv=False"]
     return []
 
 
@@ -1118,10 +1153,11 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                 l_i = ag.full((ROWS, 8 if s.defer_row_sum else 1), 0.0)
                 o = ag.zeros((ROWS, D))
 
-                def scores(qs, ks):
+                def scores(qs, ks, sc=None):
                     """S = Q K^T for this warpgroup's rows and one K block (issued, in flight);
-                    qs: Q's stage in shared memory, or Q's register tile."""
-                    sc = ag.zeros((ROWS, BN))
+                    qs: Q's stage in shared memory, or Q's register tile; sc: a zero tile
+                    made before the step to accumulate into (in place), or None: a new one."""
+                    sc = ag.zeros((ROWS, BN)) if sc is None else sc
                     for a in range(atoms):
                         q_atom = qs[:, acols * a:acols * (a + 1)] if s.q_in_registers else \
                             sQ[qs].rows_of(a * BM + wg * ROWS, ROWS)
@@ -1233,6 +1269,29 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                 p, alpha, m_i, l_i = softmax(sc, 0, m_i, l_i)
                                 p = carry(p)
                             for j in ag.range(1, blocks):
+                                if s.early_k_release:
+                                    # FA3's order with K_j released early: P_{j-1}'s A
+                                    # fragment made before K_j's step (its registers outlive
+                                    # it), both issues in K_j's step, whose end waits for
+                                    # S_j alone (wait 1) and releases K_j; the softmax of S_j
+                                    # runs beside P_{j-1} V_{j-1}, which V_{j-1}'s end retires
+                                    # Nothing is rebound inside K_j's step (a value rebound
+                                    # there would be assigned out at its end, reading the
+                                    # in-flight accumulator): S_j and O accumulate in place
+                                    # into tiles made before it
+                                    pa = p.to(dt)
+                                    o_s = o if late else o * alpha
+                                    sc = ag.zeros((ROWS, BN))
+                                    p_j = ag.zeros((ROWS, BN))   # the step's fp32 P_j
+                                    with v_pipe.consume() as vs:     # V_{j-1}, wait 0
+                                        with k_pipe.consume() as ks:         # K_j
+                                            scores(qs, ks, sc)               # S_j
+                                            ag.wgmma(pa, sV[vs], o_s, trans_b=True)
+                                        p_j, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
+                                    # as below: O rescaled after P_{j-1} V_{j-1} retired
+                                    o = o_s * alpha if late else o_s
+                                    p = carry(p_j)
+                                    continue
                                 with k_pipe.consume() as ks:
                                     if not s.ordered:
                                         sc = scores(qs, ks)                  # S_j
