@@ -45,6 +45,8 @@
 #        kernels alone: fp8k_*)
 #        lever59 (h321: the row sum kept per thread, reduced across the quad after the KV loop,
 #        `sumend`: 4 SHFL + 4 FADD fewer a KV block at hd128, against the default; kernels alone)
+#        ekr60 (h324: FA3's early K release, `ekr`: K_j released after wait 1, before the
+#        softmax of S_j, P_{j-1} V_{j-1} in flight; against the default; kernels alone)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -487,6 +489,13 @@ for s in "${steps[@]}"; do
     lever59) run_step lever59 240 python3 -u scripts/gpu_attention_bench.py --dims 128 \
         --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
         --variants default,default+sumend --out "$OUT/lever59" ;;
+    # 2026-12-07 (h324): FA3's early K release (early_k_release, `ekr`): K_j's step holds
+    # S_j's and P_{j-1} V_{j-1}'s issues inside V_{j-1}'s step; wait 1 retires S_j, K_j is
+    # released before the softmax, V_{j-1}'s end waits 0 (lower/sync.py _outlives); the same
+    # instruction classes a block as the default (scripts/sass_attention_loop.py), kernels alone
+    ekr60) run_step ekr60 240 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+ekr --out "$OUT/ekr60" ;;
     *) echo "unknown step $s" ;;
   esac
 done
