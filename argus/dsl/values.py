@@ -15,7 +15,9 @@ from argus.dsl.tracing import current, user_loc
 from argus.ir import ops as O
 from argus.ir.core import Value
 from argus.ir.numeric import COMPARES as O_COMPARES
+from argus.ir.numeric import BITWISE as O_BITWISE
 from argus.ir.numeric import INT_NATIVE as O_INT_NATIVE
+from argus.ir.numeric import SHIFTS as O_SHIFTS
 from argus.ir.numeric import common_dtype, int_result
 from argus.ir.types import ScalarType, SmemType, SmemViewType, TileType
 
@@ -93,8 +95,34 @@ class Scalar:
     def __le__(self, o): return self._bin("le", o)
     def __gt__(self, o): return self._bin("gt", o)
     def __ge__(self, o): return self._bin("ge", o)
-    def __and__(self, o): return self._bin("and", o)
-    def __or__(self, o): return self._bin("or", o)
+    # & | on booleans (comparison results) are logical; on integers, with ^ << >>, bitwise
+    def __and__(self, o): return self._bits("bitand", o, logical="and")
+    def __rand__(self, o): return self._bits("bitand", o, True, logical="and")
+    def __or__(self, o): return self._bits("bitor", o, logical="or")
+    def __ror__(self, o): return self._bits("bitor", o, True, logical="or")
+    def __xor__(self, o): return self._bits("bitxor", o)
+    def __rxor__(self, o): return self._bits("bitxor", o, True)
+    def __lshift__(self, o): return self._bits("shl", o)
+    def __rlshift__(self, o): return self._bits("shl", o, True)
+    def __rshift__(self, o): return self._bits("shr", o)
+    def __rrshift__(self, o): return self._bits("shr", o, True)
+
+    def _bits(self, fn: str, other, reverse: bool = False, logical: str | None = None):
+        if logical is not None and self.dtype == dtypes.i1:
+            return self._bin(logical, other, reverse)
+        if isinstance(other, Tile):
+            return self._bin(fn, other, reverse)   # elementwise checks the operands
+        if isinstance(other, int) and not isinstance(other, bool):
+            other = const_scalar(_bitwise_literal(fn, other, self.dtype, reverse), self.dtype)
+        lhs, rhs = (other, self) if reverse else (self, other)
+        _check_bitwise(fn, (lhs, rhs))
+        if fn not in O_SHIFTS and lhs.dtype != rhs.dtype:
+            raise TraceError(f"scalar `{_BITWISE_OP[fn]}` mixes {lhs.dtype} and {rhs.dtype}",
+                             user_loc(), fix="convert one operand so both have one type")
+        dtype = lhs.dtype
+        v = current().builder.fresh(ScalarType(dtype))
+        _emit(O.Arith(v, fn, lhs.value, rhs.value, loc=user_loc()))
+        return Scalar(v, uniform=lhs.uniform and rhs.uniform)
 
     def eq(self, o) -> "Scalar":
         return self._bin("eq", o)
@@ -129,7 +157,7 @@ class Scalar:
 # Scalar operators that become elementwise tile ops when the other operand is a tile.
 _TILE_FNS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "mod": "mod", "lt": "lt",
              "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne", "max": "max",
-             "min": "min"}
+             "min": "min", **{fn: fn for fn in O_BITWISE}}
 
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -223,11 +251,24 @@ class Tile:
         """i32 indices of the minima along `axis` (keepdims); ties: the smallest index."""
         return self._reduce("argmin", axis)
 
-    def __and__(self, o): return self._bool("and", o)
-    def __rand__(self, o): return self._bool("and", o)
-    def __or__(self, o): return self._bool("or", o)
-    def __ror__(self, o): return self._bool("or", o)
+    # & | ~ on boolean tiles (comparison results) are logical; & | ^ << >> on integer tiles
+    # bitwise (the right operand of a shift: a count in [0, bits))
+    def __and__(self, o): return self._bits("bitand", o, logical="and")
+    def __rand__(self, o): return self._bits("bitand", o, True, logical="and")
+    def __or__(self, o): return self._bits("bitor", o, logical="or")
+    def __ror__(self, o): return self._bits("bitor", o, True, logical="or")
+    def __xor__(self, o): return self._bits("bitxor", o)
+    def __rxor__(self, o): return self._bits("bitxor", o, True)
+    def __lshift__(self, o): return self._bits("shl", o)
+    def __rlshift__(self, o): return self._bits("shl", o, True)
+    def __rshift__(self, o): return self._bits("shr", o)
+    def __rrshift__(self, o): return self._bits("shr", o, True)
     def __invert__(self): return self._bool("not")
+
+    def _bits(self, fn: str, other, reverse: bool = False, logical: str | None = None):
+        if logical is not None and self.dtype == dtypes.i1:
+            return self._bool(logical, other)
+        return self._ew(fn, other, reverse=reverse)
 
     def _bool(self, fn: str, *others) -> "Tile":
         for x in (self, *others):
@@ -286,6 +327,44 @@ def _is_int(dtype: DType) -> bool:
     return dtype.kind in ("int", "uint")
 
 
+_BITWISE_OP = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+
+
+def _check_bitwise(fn: str, operands) -> None:
+    """Refuse a bitwise op of anything but integers (tiles, runtime scalars, Python ints):
+    a float has no bits the DSL exposes, a boolean tile takes the logical & | ~."""
+    for x in operands:
+        dtype = getattr(x, "dtype", None)
+        ok = (isinstance(x, int) and not isinstance(x, bool)) or \
+            (dtype is not None and _is_int(dtype))
+        if not ok:
+            got = dtype if dtype is not None else type(x).__name__
+            raise TraceError(f"`{_BITWISE_OP[fn]}` ({fn}) takes integer tiles and scalars "
+                             f"(i32, u32, i64), got {got}", user_loc(),
+                             fix="convert with .to(ag.i32) first (a value conversion, not a "
+                                 "bit cast); combine boolean masks with & | ~ on comparisons")
+
+
+def _bitwise_literal(fn: str, x: int, dtype: DType, lhs: bool) -> int:
+    """A Python int operand of a bitwise op against an operand of `dtype`: a shift count
+    must lie in [0, bits) (C leaves larger ones undefined; the device clamps them); any other
+    literal must fit the type's bits (0xFF000000 beside an i32 is the i32 with those bits, as
+    C's `0xFF000000u` would be) and is stored in it, two's complement."""
+    bits = dtype.bits
+    if fn in O_SHIFTS and not lhs:
+        if not 0 <= x < bits:
+            raise TraceError(f"shift count {x} is outside [0, {bits}) for a {dtype} operand",
+                             user_loc(), fix=f"shift by 0 to {bits - 1} (a wider shift is "
+                                             f"undefined in C); use ag.i64 for 64-bit shifts")
+        return x
+    if not -(1 << (bits - 1)) <= x < (1 << bits):
+        raise TraceError(f"the literal {x} does not fit the {bits} bits of a {dtype} operand "
+                         f"of `{_BITWISE_OP[fn]}`", user_loc(),
+                         fix="convert the other operand to ag.i64 first")
+    x &= (1 << bits) - 1
+    return x - (1 << bits) if dtype.kind == "int" and x >= 1 << (bits - 1) else x
+
+
 def _operand(x, like: Tile | None, fn: str) -> Value:
     if isinstance(x, Tile):
         return x.value
@@ -328,6 +407,14 @@ def elementwise(fn: str, *args, emulate: tuple[int, ...] = ()) -> Tile:
     shape = tiles[0].shape
     for t in tiles[1:]:
         shape = _broadcast_shape(shape, t.shape)
+    if fn in O_BITWISE:
+        _check_bitwise(fn, args)
+        args = tuple(_bitwise_literal(fn, a, tiles[0].dtype, k == 0)
+                     if isinstance(a, int) else a for k, a in enumerate(args))
+        # a literal past the i32 range (a u32 mask) is a constant of the tile's own type, not
+        # the i64 an int literal would become
+        args = tuple(const_scalar(a, tiles[0].dtype) if isinstance(a, int) and
+                     not -(1 << 31) <= a < (1 << 31) else a for a in args)
     value_args = args[1:] if fn == "where" else args
     value_tiles = [a for a in value_args if isinstance(a, Tile)]
     dtype = value_tiles[0].dtype if value_tiles else dtypes.f32

@@ -15,7 +15,10 @@ is a coordinate scaled by a trace-time constant (a block index times its block s
 scalar `pid * BM`). A product of two runtime values (a coordinate times a runtime scalar or
 another tile: `row * N + col`, the element offset of a large tensor) is i64 unless both
 bounds are known and prove the product fits in i32; with known bounds any result outside
-the i32 range is i64 too.
+the i32 range is i64 too. Bitwise results never widen (`x << 24` wraps in x's type, as C's
+unsigned shift would): their bound is kept only where it is provable inside the type
+(`x & c` with c >= 0 lies in [0, c]; a shift by a constant count of a bounded value), else
+unknown.
 """
 
 from __future__ import annotations
@@ -31,8 +34,13 @@ Bound = tuple[int, int] | None
 COMPARES = ("lt", "le", "gt", "ge", "eq", "ne")
 # the functions an integer tile computes natively in its integer type; the others (exp,
 # sqrt, ...) take f32 operands and give the truncating cast of their f32 result
+# bitwise fns of integer tiles and scalars (& | ^ << >>): the result has the common integer
+# type of the operands, a shift the type of its left operand (C's rule: the count does not
+# change it); >> is arithmetic on a signed type, logical on an unsigned one
+BITWISE = ("bitand", "bitor", "bitxor", "shl", "shr")
+SHIFTS = ("shl", "shr")
 INT_NATIVE = frozenset({"add", "sub", "mul", "div", "mod", "neg", "abs", "max", "min", "relu",
-                        "where", *COMPARES})
+                        "where", *COMPARES, *BITWISE})
 
 
 def common_dtype(types) -> DType:
@@ -90,9 +98,37 @@ def _interval(fn: str, bounds: list[tuple[int, int]]) -> tuple[int, int] | None:
     return None
 
 
+def _type_max(dtype: DType) -> int:
+    return (1 << dtype.bits) - 1 if dtype.kind == "uint" else (1 << (dtype.bits - 1)) - 1
+
+
+def _bitwise_bound(fn: str, dtype: DType, bounds: list[Bound]) -> Bound:
+    """The bound of bitwise `fn` where it is provable (module doc), else None: `a & b` with a
+    bound [lo, hi], lo >= 0, on either side lies in [0, hi] (its bits are a subset of that
+    side's); `|` and `^` of two non-negative bounds stay below the next power of two; a shift
+    by a constant count in [0, bits) of a bounded value is monotonic (`<<` only while the
+    result fits the type: past it the value wraps)."""
+    nonneg = [b for b in bounds if b is not None and b[0] >= 0]
+    if fn == "bitand":
+        return (0, min(b[1] for b in nonneg)) if nonneg else None
+    if fn in ("bitor", "bitxor"):
+        if len(nonneg) < 2:
+            return None
+        return 0, (1 << max(b[1] for b in nonneg).bit_length()) - 1
+    a, k = bounds
+    if a is None or k is None or k[0] != k[1] or not 0 <= k[0] < dtype.bits:
+        return None
+    lo, hi = (a[0] >> k[0], a[1] >> k[0]) if fn == "shr" else (a[0] << k[0], a[1] << k[0])
+    return (lo, hi) if fn == "shr" or (a[0] >= 0 and hi <= _type_max(dtype)) else None
+
+
 def int_result(fn: str, operands: list[tuple[DType, Bound, bool]]) -> tuple[DType, Bound]:
     """(dtype, bound) of integer elementwise `fn` over `operands`, each (dtype, bound,
-    is_constant): the common integer type, widened to i64 by the module's rule."""
+    is_constant): the common integer type, widened to i64 by the module's rule (a shift: its
+    left operand's type; bitwise fns never widen)."""
+    if fn in BITWISE:
+        dtype = operands[0][0] if fn in SHIFTS else common_dtype([d for d, _, _ in operands])
+        return dtype, _bitwise_bound(fn, dtype, [b for _, b, _ in operands])
     dtype = common_dtype([d for d, _, _ in operands])
     bounds = [b for _, b, _ in operands]
     if all(b is not None for b in bounds):

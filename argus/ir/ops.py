@@ -29,7 +29,9 @@ class Const(Op):
 @dataclass(frozen=True)
 class Arith(Op):
     """Binary scalar arithmetic or comparison. fn: add sub mul div floordiv mod min max
-    lt le gt ge eq ne and or. Both operands are scalars of the result's kind."""
+    lt le gt ge eq ne and or, and on integers the bitwise fns (argus/ir/numeric.py BITWISE:
+    bitand bitor bitxor shl shr, C's & | ^ << >>, the result the left operand's type). Both
+    operands are scalars of the result's kind."""
 
     NAME = "arith"
     RESULTS = ("result",)
@@ -1010,6 +1012,10 @@ ELEMENTWISE_FNS = {
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
     # boolean (i1) tiles: & | ~
     "and": 2, "or": 2, "not": 1,
+    # integer tiles only (argus/ir/numeric.py BITWISE): & | ^ of the bits, and << / >> by a count in
+    # [0, bits): the result has the left operand's type; >> is arithmetic on a signed type,
+    # logical on an unsigned one; << wraps modulo 2^bits
+    "bitand": 2, "bitor": 2, "bitxor": 2, "shl": 2, "shr": 2,
     # arity 3
     "where": 3,
 }

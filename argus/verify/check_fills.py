@@ -62,6 +62,7 @@ import z3
 
 from argus.ir import ops as O
 from argus.ir.core import Kernel, Region
+from argus.ir.numeric import BITWISE
 from argus.verify import witness as W
 from argus.verify.accumulate import Accumulation, accumulations
 from argus.verify.check_stores import _dest, _inb
@@ -803,6 +804,8 @@ def _apply(fn: str, vals: list) -> object:
         return FINITE if consts[0] == math.inf else (-math.inf if consts[0] == -math.inf
                                                      else FINITE)
     if fn in ("neg", "abs", "tanh", "sigmoid", "relu", "erf", "round_tf32") or not consts:
+        return FINITE
+    if fn in BITWISE:   # integer bits of integers: always a finite integer, never +-inf
         return FINITE
     return TOP
 

@@ -125,6 +125,16 @@ def tile_c(dtype) -> str:
         dtype.name, "float")
 
 
+def shl_c(a: str, count: str, dtype) -> str:
+    """C's `a << count` in integer `dtype`, wrapping: a signed value is shifted as its
+    unsigned type and read back (a signed left shift that overflows, or of a negative value,
+    is undefined behaviour in C; the unsigned one is modulo 2^bits)."""
+    if dtype.kind == "uint":
+        return f"({a} << {count})"
+    unsigned = "unsigned long long" if dtype.bits == 64 else "unsigned"
+    return f"(({tile_c(dtype)})(({unsigned})({a}) << {count}))"
+
+
 def dtype_ptr(dtype) -> str:
     return f"{elem_c(dtype)}*"
 

@@ -5,12 +5,12 @@ A scalar is a C name: constants are literals, everything else a `const` local na
 
 from __future__ import annotations
 
-from argus.codegen.cuda.emit import SCALAR_C, _Emitter, c_float, rule
+from argus.codegen.cuda.emit import SCALAR_C, _Emitter, c_float, rule, shl_c
 from argus.ir import ops as O
 
 _ARITH_C = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%",
             "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
-            "and": "&&", "or": "||"}
+            "and": "&&", "or": "||", "bitand": "&", "bitor": "|", "bitxor": "^", "shr": ">>"}
 
 
 @rule(O.Const)
@@ -25,7 +25,9 @@ def arith(em: _Emitter, op: O.Arith) -> None:
     a, b = em.name(op.lhs), em.name(op.rhs)
     ctype = SCALAR_C[op.result.type.dtype.name]
     n = f"v{op.result.id}"
-    if op.fn in ("min", "max"):
+    if op.fn == "shl":   # through the unsigned type: C's signed overflow is undefined
+        expr = shl_c(a, b, op.result.type.dtype)
+    elif op.fn in ("min", "max"):
         cmp = "<" if op.fn == "min" else ">"
         expr = f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
     else:

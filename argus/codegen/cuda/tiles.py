@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from argus.codegen.cuda.emit import (TileInfo, _Emitter, c_float, literal_c, per_word, rule,
-                                      tile_c)
+                                      shl_c, tile_c)
 from argus.codegen.cuda.layouts import broadcast_map
 from argus.codegen.cuda.reduce import check_scratch
 from argus.errors import CompileError
@@ -28,12 +28,15 @@ from argus.target import exp2_emulation
 from argus.target import register_layouts as RL
 
 _BINOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=",
-           "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+           "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "bitand": "&", "bitor": "|",
+           "bitxor": "^", "shr": ">>"}
 
 
 def _ew_c(fn: str, a: list[str], work) -> str:
     """C expression of `fn` over operand expressions `a`, all already of the C type of
     `work` (except a `where` condition and the operands of & | ~, which are bool)."""
+    if fn == "shl":
+        return shl_c(a[0], a[1], work)
     if fn in _BINOPS:
         return f"({a[0]} {_BINOPS[fn]} {a[1]})"
     if not work.is_float and fn in ("abs", "max", "min", "relu"):

@@ -31,6 +31,11 @@ _ARITH = {
     "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,
     "ne": lambda a, b: a != b, "and": lambda a, b: bool(a) and bool(b),
     "or": lambda a, b: bool(a) or bool(b),
+    # integers as Python ints of the operands' values: two's complement at infinite width, so
+    # & | ^ and an arithmetic >> of a signed (a u32 is never negative: >> is logical there)
+    # are the device's; `arith` wraps the result (<< modulo 2^bits) to the result's type
+    "bitand": lambda a, b: a & b, "bitor": lambda a, b: a | b, "bitxor": lambda a, b: a ^ b,
+    "shl": lambda a, b: a << b, "shr": lambda a, b: a >> b,
 }
 
 

@@ -3,7 +3,7 @@ arange, expand_dims.
 
 Invariant: float tiles compute in float32 and store bf16/f16 values rounded, as on the device;
 integer tiles hold and compute in their own integer type (exact at any index, as the
-generated code's integer registers); i1 tiles are numpy bools; layouts have no meaning here
+generated code's integer registers; bitwise ops and shifts on their bits, as C's); i1 tiles are numpy bools; layouts have no meaning here
 (a layout conversion copies the values).
 """
 
@@ -41,7 +41,19 @@ _EW = {
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "eq": np.equal, "ne": np.not_equal, "where": np.where,
     "and": np.logical_and, "or": np.logical_or, "not": np.logical_not,
+    # integer tiles, in their own type: >> arithmetic on a signed type, logical on an unsigned
+    # one (numpy's, as C's on the device); << through the unsigned type, wrapping
+    "bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor,
+    "shl": lambda a, b: _shift_left(a, b), "shr": np.right_shift,
 }
+
+
+def _shift_left(a, b) -> np.ndarray:
+    """a << b modulo 2^bits in a's integer type: the bits shifted in the unsigned type of the
+    same width and read back (the generated code's `(int)((unsigned)a << b)`)."""
+    a = np.asarray(a)
+    unsigned = np.dtype(f"uint{8 * a.dtype.itemsize}")
+    return np.left_shift(a.astype(unsigned), np.asarray(b).astype(unsigned)).astype(a.dtype)
 
 
 def _reduce(fn: str, x: np.ndarray, axis: int, dtype: DType) -> np.ndarray:
