@@ -8,7 +8,8 @@ argus.target.register_layouts.build turns into a RegisterLayout) and inserts exp
   is "blocked", ldmatrix gives the accumulator fragment, a reduction gives the slice of its
   source along the axis (so a row statistic of an accumulator stays in the accumulator's
   threads), slices / conversions / expand_dims follow their source, an elementwise result
-  takes the layout of its full-shape operands (the accumulator's when one is), and a variable
+  takes the layout of its full-shape operands (the accumulator's when one is; "rows" when its
+  only anchored operands are gathered rows broadcast along other dims), and a variable
   takes the layout of what is assigned to it; a gather is "rows" (whole rows per thread: each
   thread computes its own elements' addresses, and a store of whole rows is a few wide
   accesses a thread), or "blocked" when its dim 0 does not split over the threads;
@@ -237,6 +238,15 @@ def _gather_layout(t: TileType, threads: int) -> str:
     return "rows"
 
 
+def _rows_broadcast(part, res: TileType, layout, threads: int) -> bool:
+    """Whether an elementwise result whose anchored operands are all "rows" tiles broadcast
+    along dims other than dim 0 (a gathered [R, 1, G] shifted by a [1, F, 1] count) stays
+    "rows": each thread already holds its rows' elements, and the broadcast repeats them in
+    the same thread (no conversion through shared memory into a blocked result)."""
+    return all(layout[a.id] == "rows" and a.type.shape[0] == res.shape[0] for a in part) and \
+        _gather_layout(res, threads) == "rows"
+
+
 def _slice_name(name: str, src: TileType, axis: int, threads: int, op) -> str:
     return RL.slice_(_build(name, src, threads, op), axis).name
 
@@ -305,6 +315,8 @@ def _forward(ops, layout, acc_ids, a_ids, flexible, threads, wide=frozenset()) -
                 if part and all(layout[a.id].startswith("slice(wgmma_acc") for a in part):
                     layout[res.id] = WGMMA_ACC if res.type.shape[0] == 64 and \
                         len(res.type.shape) == 2 and res.type.shape[1] % 8 == 0 else BLOCKED
+                elif part and _rows_broadcast(part, res.type, layout, n):
+                    layout[res.id] = "rows"
         elif isinstance(op, O.Var) and op.init.id in layout and res.id not in layout:
             layout[res.id] = layout[op.init.id]
         elif isinstance(op, O.Assign):

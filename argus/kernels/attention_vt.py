@@ -65,13 +65,17 @@ import functools
 
 import argus as ag
 
-__all__ = ["FLAT_KEYS_PER_CTA", "KEYS_PER_CTA", "key_of_column", "vt_flat_kernel", "vt_kernel"]
+__all__ = ["FLAT_KEYS_PER_CTA", "KEYS_PER_CTA", "WORD_GROUPS_PER_CTA", "key_of_column",
+           "vt_flat_kernel", "vt_kernel", "vt_word_kernel", "word_rows_per_thread"]
 
 # keys (columns of V^T) a CTA: multiples of 16 (acc_order_col keeps bit 4, so each 16-key half
 # of a 32-key group is permuted within itself: a CTA's columns hold whole halves); the H200's
 # best of those measured (module docstring; the bench's --keys sweeps the flat kernel's)
 KEYS_PER_CTA = 32
 FLAT_KEYS_PER_CTA = 16
+# 4-key groups (words of a V^T row) a CTA of the word kernel: 8 = 32 keys, 32 bytes of each
+# row a thread (one whole sector where the row is 32-byte aligned: P permuted); not measured
+WORD_GROUPS_PER_CTA = 8
 
 
 def key_of_column(c, permuted: bool):
@@ -145,3 +149,66 @@ def vt_flat_kernel(head_dim: int, permuted: bool = True, keys: int = FLAT_KEYS_P
     return ag.kernel(attention_fp8_vt_flat, threads=D,
                      name=f"attention_fp8_vt_flat_d{D}{'_perm' if permuted else ''}_k{BS}"
                           f"_s{key_stride}")
+
+
+def word_rows_per_thread(head_dim: int) -> int:
+    """Rows of V^T a thread of the word kernel makes (F): 4 (all four bytes of each word it
+    reads, no load twice) where that leaves at least 32 threads (D/4 >= 32: D 128, 256), else
+    D/32 (D 64: two rows, the two threads of a word each read it; a CTA is a whole warp)."""
+    return max(1, min(4, head_dim // 32))
+
+
+@functools.lru_cache(maxsize=None)
+def vt_word_kernel(head_dim: int, permuted: bool = True, groups: int = WORD_GROUPS_PER_CTA,
+                   key_stride: int = 0, rows: int = 0) -> ag.KernelFunction:
+    """The V^T kernel on 32-bit words (the module docstring's "word kernel"):
+    k(v_words, vt_words, S, H, sb, sh, sk) with v_words V's flat storage (as vt_flat_kernel's)
+    viewed as int32 (B H S D/4 words) and vt_words V^T [B, H, D, P] viewed as int32
+    [B H, D/F, F, P/4] (F = `rows` per thread, word_rows_per_thread by default; V^T
+    contiguous), S the key count, H the heads and sb, sh, sk the word strides of V's
+    [B, H, S, D/4] view; key_stride > 0 fixes sk at compile time (D/4 for bhsd).
+
+    Thread r makes rows d = F r .. F r + F - 1 of V^T over the CTA's 4 `groups` keys: it
+    reads word w = d / 4 of V (bytes d - d % 4 .. + 3) of each of those keys, four words per
+    4-key group, X_j = V[key(4g + j), w] (a warp reads whole 128-byte rows of V: coalesced),
+    and writes, for each of its rows d and group g, the word
+    OR_j ((X_j >> 8 (d % 4)) & 255) << 8 j: bytes d of keys key(4g) .. key(4g + 3), the
+    column order V^T wants; `groups` consecutive words of a row a thread (8: a 32-byte run).
+    Integer shifts and masks only: every byte moves unchanged (0xFF too, unlike the f32
+    round trip of the byte kernels). A key past S reads 0: its index is -1, outside V (the
+    gather's `other`), so that a key past a head's end never reads the next head's V."""
+    if head_dim % 32 or not 0 < head_dim <= 256:
+        raise ValueError(f"vt_word_kernel: head dim {head_dim} is not a multiple of 32 in "
+                         f"[32, 256] (whole 128-byte rows of V a warp)")
+    if groups % 4 or groups <= 0:
+        raise ValueError(f"vt_word_kernel: groups={groups} is not a positive multiple of 4 "
+                         f"(a CTA must hold whole 16-key halves of the permutation's 32-key "
+                         f"groups)")
+    D, G, F = head_dim, groups, rows or word_rows_per_thread(head_dim)
+    R = D // F
+    if F not in (1, 2, 4) or R % 32:
+        raise ValueError(f"vt_word_kernel: rows={F} a thread gives {R} threads for head dim "
+                         f"{D}; need F in (1, 2, 4) and a multiple of 32 threads")
+
+    def attention_fp8_vt_words(V: ag.Tensor["N", ag.i32],
+                               VT: ag.Tensor["BH", R, F, "P4", ag.i32],
+                               S: ag.i32, H: ag.i32, sb: ag.i32, sh: ag.i32, sk: ag.i32):
+        j, bh = ag.grid(ag.cdiv(VT.shape[3], G), VT.shape[0])
+        b, h = bh / H, bh % H
+        s0 = j * (4 * G)
+        r = ag.arange(R)[:, None, None]                   # [R, 1, 1]: a thread's rows
+        g = ag.arange(G)[None, None, :]                   # [1, 1, G]: its 4-key groups
+        byte = ag.arange(F)[None, :, None] + (r * F % 4 if F < 4 else 0)   # [R, F, 1]: d % 4
+        step = key_stride if key_stride else sk
+        base = b * sb + h * sh + s0 * step + r * F / 4     # [R, 1, 1]: key s0's word w
+        out = None
+        for k in range(4):
+            key = key_of_column(4 * g + k, permuted)      # relative to s0
+            x = ag.gather(V, (ag.where(s0 + key < S, base + key * step, -1),), other=0)
+            part = ((x >> 8 * byte) & 255) << 8 * k        # byte d of key(4g + k), at byte k
+            out = part if out is None else out | part
+        ag.store(VT, (bh, 0, 0, j * G), out)
+
+    return ag.kernel(attention_fp8_vt_words, threads=R,
+                     name=f"attention_fp8_vt_words_d{D}{'_perm' if permuted else ''}_g{G}"
+                          f"_r{F}_s{key_stride}")

@@ -14,7 +14,8 @@ import pytest
 import argus as ag
 from argus import verify
 from argus.compiler import lower_only
-from argus.kernels.attention_vt import key_of_column, vt_flat_kernel, vt_kernel
+from argus.kernels.attention_vt import (key_of_column, vt_flat_kernel, vt_kernel,
+                                      vt_word_kernel, word_rows_per_thread)
 from argus.runtime import nvrtc_available
 from argus.target import fragments as F
 
@@ -146,3 +147,88 @@ def test_kernels_build_for_sm90a(D):
               vt_kernel(D, True)):
         compiled = ag.compile(k)
         assert compiled.resources.spill_stores == 0, compiled.resources.summary()
+
+
+def _word_views(x, store, rows: int):
+    """The word kernel's operands (argus.ops.attention_fp8._word_operands' views): V's flat
+    storage as int32 words and V^T as [B H, D/F, F, P/4] int32, plus the word strides."""
+    B, H, SK, D = x.shape
+    words = op._flat_storage(x).view(torch.uint8).view(torch.int32)
+    vt = store.view(torch.uint8).view(torch.int32).view(B * H, D // rows, rows, -1)
+    sb, sh, sk, _ = x.stride()
+    return words, vt, (SK, H, sb // 4, sh // 4, sk // 4)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("SK", [1, 31, 33, 100])
+@pytest.mark.parametrize("permuted", [True, False])
+def test_word_kernel_writes_the_torch_paths_bytes(layout, D, SK, permuted):
+    v = _v(layout, D, SK, SK * D + permuted + 7)
+    x = op._bhsd(v, layout)
+    new, ref = _stores(x, permuted)
+    rows = word_rows_per_thread(D)
+    words, vt, scalars = _word_views(x, new, rows)
+    sk = x.stride()[2]
+    vt_word_kernel(D, permuted, key_stride=D // 4 if sk == D else 0).interpret(
+        words, vt, *scalars)
+    _assert_same(new, ref, SK, permuted)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_word_kernel_rows_per_thread(rows):
+    # every split of a word's four rows over threads writes the same bytes (bench choices)
+    x = op._bhsd(_v("bhsd", 128, 45, rows), "bhsd")
+    for permuted in (True, False):
+        new, ref = _stores(x, permuted)
+        words, vt, scalars = _word_views(x, new, rows)
+        vt_word_kernel(128, permuted, rows=rows).interpret(words, vt, *scalars)
+        _assert_same(new, ref, 45, permuted)
+
+
+def test_word_kernel_keeps_every_byte_and_the_next_heads_keys_out():
+    # all 256 byte values at every position of a word (0xFF, NaN with the sign, included),
+    # and a ragged S whose padding keys lie inside the next head's V (bhsd): they must read
+    # 0, not the next head's rows
+    D, SK = 64, 40
+    x = (torch.arange(2 * 3 * SK * D) * 7 % 256).to(torch.uint8).view(2, 3, SK, D)
+    x = x.view(E4M3)
+    assert (x.view(torch.uint8) == 0xFF).any()
+    new, ref = _stores(x, True)
+    words, vt, scalars = _word_views(x, new, 2)
+    vt_word_kernel(D, True, key_stride=D // 4).interpret(words, vt, *scalars)
+    _assert_same(new, ref, SK, True)
+    got = new.view(torch.uint8)
+    padding = torch.from_numpy(F.acc_order_col(np.arange(got.shape[-1])) >= SK)
+    assert padding.any() and (got[..., padding] == 0).all()     # keys past S: zero
+    assert (got == 0xFF).sum() == (x.view(torch.uint8) == 0xFF).sum()   # no 0xFF lost
+
+
+def test_word_kernel_refuses_bad_shapes():
+    with pytest.raises(ValueError, match="head dim 48"):
+        vt_word_kernel(48)
+    with pytest.raises(ValueError, match="groups=6"):
+        vt_word_kernel(128, groups=6)
+    with pytest.raises(ValueError, match="rows=4 a thread gives 16 threads"):
+        vt_word_kernel(64, rows=4)
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_word_kernel_verifies_clean(D):
+    for k in (vt_word_kernel(D, True, key_stride=D // 4), vt_word_kernel(D, False)):
+        report = verify.run(lower_only(k))
+        assert not report.errors and not report.unknowns, \
+            "\n".join(str(d) for d in report.errors + report.unknowns)
+        assert {"store.once", "store.coverage"} <= {f.code for f in report.proven}
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_word_kernel_builds_with_wide_stores_and_no_local_memory(D):
+    for k in (vt_word_kernel(D, True, key_stride=D // 4), vt_word_kernel(D, False)):
+        compiled = ag.compile(k)
+        res = compiled.resources
+        assert res.spill_stores == 0 and res.spill_loads == 0, res.summary()
+        text = str(getattr(compiled.source, "text", compiled.source))
+        # whole 16-byte vector stores of each row's run; no shared memory (no conversion)
+        assert "int4" in text and "__syncthreads" not in text, k.name

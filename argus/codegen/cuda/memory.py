@@ -51,14 +51,15 @@ def _vector_access(lay, dtype) -> int:
     """Bytes of one vector global access into a chunk of `lay` (min(16, vec x element bytes)),
     or 0 where the tile is accessed element by element: layouts other than blocked, vblocks
     and rows (whose chunks are consecutive registers of consecutive columns), vec 1, dtypes
-    other than f32 / bf16 / f16 / e4m3 (integer tiles keep the scalar path), and chunks under
-    4 bytes (e4m3 with vec 2)."""
+    other than f32 / bf16 / f16 / e4m3 (integer tiles keep the scalar path, but for vblocks
+    and rows), and chunks under 4 bytes (e4m3 with vec 2)."""
     if not isinstance(lay, (Blocked, Rows, Chunked)) or lay.vec < 2:
         return 0
-    # integer tiles of a vblocks layout (a transposed store's copy of index tensors) take
+    # integer tiles of a vblocks layout (a transposed store's copy of index tensors) and of
+    # rows (a gather's whole rows: the V^T word kernel's 32-byte runs, attention_vt.py) take
     # vector accesses too; other integer tiles keep the scalar path their kernels were tuned on
     if dtype.name not in ("f32", "bf16", "f16", "e4m3") and \
-            not (isinstance(lay, Chunked) and dtype.name in _INT_VECTOR):
+            not (isinstance(lay, (Chunked, Rows)) and dtype.name in _INT_VECTOR):
         return 0
     width = min(16, lay.vec * dtype.bytes)
     return width if width >= 4 else 0
