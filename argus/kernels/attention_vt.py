@@ -21,6 +21,14 @@ writes them).
   (bhsd: D) every load is the row's base plus an immediate offset (one predicated LDG.U8).
 - `vt_kernel` (any strides): the 4-d gather, a 64-bit multiply by the runtime key stride and
   four bounds per element.
+- `vt_word_kernel` (the op's default since 2026-12-07, where V's flat storage and V^T can be
+  viewed as int32 words: argus.ops.attention_fp8._word_operands): the same transpose on 32-bit
+  words with integer shifts and masks (the DSL's bitwise ops), no f32 round trip. A thread
+  reads one word (4 bytes of d) of each key of its 4-key groups, a warp a whole 128-byte row
+  of V, and writes F rows of V^T (F = 4 for D 128 / 256, 2 for D 64) as runs of 8 words,
+  32 bytes a row (two 16-byte stores). A key past S has index -1 (reads 0), so the keys of a
+  ragged head's padding never read the next head's V. Its design, SASS and what a GPU run
+  should show: docs/perf/attention.md, "V^T by 32-bit words"; not yet measured.
 
 Measured on the H200 (2026-12-04, scripts/gpu_fp8_vt_bench.py: B 8, H 16, D 128, L2 flushed,
 median of >= 100; us at S 2048 / 8192 / 16384, TB/s read + written):
@@ -49,14 +57,17 @@ TMA tile in shared memory read transposed, or a transposed ag.store of a loaded 
 shared-memory layout conversion), which the DSL does not have today (docs/dsl.md: a transposed
 ag.store is rendered for wgmma accumulators only, ag.load_shared reads 32-bit types only).
 
-Bit-exactness: every finite e4m3 value, -0 included, round-trips through f32 exactly, but a NaN
-loses its sign in the GPU's conversions, so a 0xFF byte of V (NaN with the sign bit) comes back
-as 0x7F (measured: exactly the 0xFF bytes differ; the interpreter keeps them). Both are NaN, and
+Bit-exactness: the word kernel moves bytes unchanged (integer ops only): bit-exact, 0xFF
+included. In the byte kernels every finite e4m3 value, -0 included, round-trips through f32
+exactly, but a NaN loses its sign in the GPU's conversions, so a 0xFF byte of V (NaN with the
+sign bit) comes back as 0x7F (measured: exactly the 0xFF bytes differ; the interpreter keeps
+them). Both are NaN, and
 the attention output is NaN for them either way. (Keeping the sign in ag.store's narrowing alone
 did not help: the widening had lost it already.)
 
 Invariant: every element of VT[b, h, :, :P] is written exactly once (the grid's CTAs take
-disjoint [D, BS] tiles: cdiv(P, BS) along x, H along y, B along z; the verifier proves
+disjoint [D, BS] tiles: cdiv(P, BS) along x, H along y, B along z; the word kernel's disjoint
+[D, 4 groups] word tiles, cdiv(P / 4, groups) along x, B H along y; the verifier proves
 store.once and store.coverage), with VT[b, h, d, c] = V[b, h, key(c), d] where key(c) < S,
 else 0.
 """

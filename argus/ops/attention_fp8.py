@@ -21,12 +21,13 @@ operands), and the K of P V is the key, so the kernel reads V^T [B, Hkv, D, Skv]
 (v_transposed=False, v shaped like k) the op makes that copy on every call (B Hkv Skv D bytes
 read and written, e.g. 16 MiB at B 8, Hkv 8, Skv 2k, D 128), padding each row to a multiple of
 16 keys for TMA. On CUDA tensors an Argus kernel makes it in one pass
-(argus/kernels/attention_vt.py, `_kernel_transpose`: 1.05-1.11 TB/s on the H200, 2.3x the
-torch path, not yet a copy's 3.3-4.2 TB/s: its docstring says what a copy-speed transpose
-needs); on CPU tensors, or with VT_KERNEL off, two torch copy passes (8- or 4-byte words, then
-the bytes inside each word: `_word_transpose`, 0.45-0.47 TB/s). Both write the same bytes,
-except that the kernel writes a V byte 0xFF (NaN with the sign bit) as 0x7F (the GPU's e4m3
-conversions; still NaN). A caller that keeps V transposed (a KV cache written that way) passes
+(argus/kernels/attention_vt.py, `_kernel_transpose`: the word kernel, V moved as 32-bit words
+with integer shifts and masks, where V's storage can be viewed as such words; else the byte
+kernels, 1.05-1.11 TB/s on the H200, 2.3x the torch path, not yet a copy's 3.3-4.2 TB/s); on
+CPU tensors, or with VT_KERNEL off, two torch copy passes (8- or 4-byte words, then the bytes
+inside each word: `_word_transpose`, 0.45-0.47 TB/s). They write the same bytes, except that
+the byte kernels write a V byte 0xFF (NaN with the sign bit) as 0x7F (the GPU's e4m3
+conversions; still NaN); the word kernel is bit-exact. A caller that keeps V transposed (a KV cache written that way) passes
 v_transposed=True and v [B, Hkv, D, Skv] (whatever `layout` says for q and k), read in place
 when TMA can address it (unit stride on Skv, Skv * 1 byte rows a multiple of 16 bytes), else
 copied the same way.
@@ -245,7 +246,12 @@ def kernel_v(v, layout: str, v_transposed: bool, launched: list | None = None):
 # torch word passes (`_word_transpose`, the path before 2026-12-04): for
 # scripts/gpu_fp8_vt_bench.py's old-versus-new run in one process, not an API
 VT_KERNEL = True
-# (head dim, permuted, device index, key stride) -> compiled V^T kernel
+# V^T by the word kernel (vt_word_kernel: 32-bit words, bit-exact) where V and V^T can be
+# viewed as words; False gives the byte kernels (vt_flat_kernel / vt_kernel): for
+# scripts/gpu_fp8_vt_bench.py's old-versus-new run in one process, not an API
+VT_WORDS = True
+# (head dim, permuted, device index, key stride) -> compiled byte V^T kernel;
+# ("words", head dim, permuted, device index, key stride in words) -> the word kernel
 _VT_COMPILED: BuildMemo = BuildMemo()
 
 
@@ -254,9 +260,11 @@ def _kernel_transpose(x, store, permuted: bool, launched: list | None = None) ->
     False (nothing written) where it does not apply: CPU tensors (the tests' interpreter runs
     and the torch reference), VT_KERNEL off, a head dim the kernel is not built for, or a V
     whose innermost dim is not contiguous. One read of V, one write of V^T (the torch path
-    reads and writes twice, through a temporary): vt_flat_kernel where V is bhsd or bshd of a
-    contiguous block, else the 4-d vt_kernel (argus/kernels/attention_vt.py, measured there).
-    Bytes as `_word_transpose`'s, except 0xFF written as 0x7F (that module's docstring).
+    reads and writes twice, through a temporary): vt_word_kernel where V is bhsd or bshd of a
+    contiguous block and both V and V^T can be viewed as 4-byte words (`_word_operands`),
+    else vt_flat_kernel where V is such a block, else the 4-d vt_kernel
+    (argus/kernels/attention_vt.py, measured there). Bytes as `_word_transpose`'s (the word
+    kernel's exactly; the byte kernels write 0xFF as 0x7F: that module's docstring).
     The prepared launch is kept per buffers (as run_fp8 keeps the attention kernel's): the
     caching allocator hands the op the same V^T buffer call after call, and a launch through
     Compiled.__call__ cost ~10 us of host time a call on the H200 (the bench's kperm, the op's
@@ -264,7 +272,7 @@ def _kernel_transpose(x, store, permuted: bool, launched: list | None = None) ->
     if not (VT_KERNEL and x.is_cuda) or x.shape[-1] not in HEAD_DIMS or x.stride(-1) != 1:
         return False
     key = (x.data_ptr(), tuple(x.shape), x.stride(), store.data_ptr(), tuple(store.shape),
-           x.device.index, permuted)
+           x.device.index, permuted, VT_WORDS)
     plan = _memoized(_VT_LAUNCHES, key, lambda: _vt_plan(x, store, permuted))
     if plan is not False:
         plan()
@@ -300,13 +308,26 @@ def _vt_plan(x, store, permuted: bool):
     """The prepared launch of the V^T kernel for these buffers (False: nothing to launch)."""
     import torch
 
-    from argus.kernels.attention_vt import vt_flat_kernel, vt_kernel
+    from argus.kernels.attention_vt import vt_flat_kernel, vt_kernel, vt_word_kernel
 
     D = x.shape[-1]
     sb, sh, sk, _ = x.stride()
     # the flat kernel reads V through its storage: x must be bhsd or bshd of a contiguous
     # block, reached from x's first element by its strides
     flat = _flat_storage(x)
+    words = _word_operands(flat, store) if VT_WORDS and flat is not None else None
+    if words is not None:
+        # strides in words: D's multiples for bhsd and bshd (a size-1 dim's stride, maybe
+        # not, is never multiplied by an index other than 0)
+        step = D // 4 if sk == D else 0
+        key = ("words", D, permuted, x.device.index, step)
+        kernel = _VT_COMPILED.get(key)
+        if kernel is None:
+            kernel = _VT_COMPILED[key] = vt_word_kernel(D, permuted, key_stride=step).compile()
+        with torch.cuda.device(x.device):
+            return kernel.prepare(*words, _scalars={"S": x.shape[2], "H": x.shape[1],
+                                                    "sb": sb // 4, "sh": sh // 4,
+                                                    "sk": sk // 4})
     # key stride: D (bhsd: a compile-time constant), 0 (runtime: bshd), None (the 4-d kernel)
     stride = None if flat is None else (D if sk == D else 0)
     key = (D, permuted, x.device.index, stride)
@@ -320,6 +341,29 @@ def _vt_plan(x, store, permuted: bool):
             return kernel.prepare(x, store)
         return kernel.prepare(flat, store, _scalars={"S": x.shape[2], "sb": sb, "sh": sh,
                                                      "sk": sk})
+
+
+def _word_operands(flat, store):
+    """The word kernel's tensors: V's flat storage (`_flat_storage`) as int32 words and V^T
+    [B, H, D, P] as int32 [B H, D/F, F, P/4] (F: word_rows_per_thread), or None where either
+    cannot be viewed so (a storage offset or a base address off 4 bytes, a V^T that is not
+    contiguous): then the byte kernels run."""
+    import torch
+
+    from argus.kernels.attention_vt import word_rows_per_thread
+
+    B, H, D, P = store.shape
+    if not store.is_contiguous() or P % 4 or D % 4:
+        return None
+    rows = word_rows_per_thread(D)
+    try:
+        words = flat.view(torch.uint8).view(torch.int32)
+        vt = store.view(torch.uint8).view(torch.int32).view(B * H, D // rows, rows, P // 4)
+    except RuntimeError:   # an offset that is no multiple of 4 bytes
+        return None
+    if words.data_ptr() % 4 or vt.data_ptr() % 4:
+        return None
+    return words, vt
 
 
 def _flat_storage(x):
@@ -344,8 +388,9 @@ def transposed_v(v, layout: str, v_transposed: bool, launched: list | None = Non
     """V^T [B, Hkv, D, Skv] in natural key order: v itself when it is given transposed and
     TMA can address it, else a copy into rows padded to a multiple of 16 keys (the padding is
     never read: the tensor map's extent is Skv, TMA zero-fills past it). The copy is exact
-    (NaN payloads and -0 survive) but for one byte: on CUDA tensors the V^T kernel
-    (`_kernel_transpose`) writes 0xFF (NaN with the sign bit) as 0x7F, still NaN; the torch
+    (NaN payloads and -0 survive; the word kernel's too) but for one byte where a byte V^T
+    kernel runs (`_kernel_transpose`: a V not viewable as words): it writes 0xFF (NaN with
+    the sign bit) as 0x7F, still NaN; the torch
     word path (`_word_transpose`, CPU tensors and the kernel's fallbacks) moves bytes unchanged.
     `kernel_v` gives the permuted V^T the op uses."""
     import torch

@@ -6,7 +6,9 @@ every head dim, both layouts (bshd's V is a strided view: the flat kernel with a
 stride), a V no flat view covers (the 4-d kernel), natural and permuted order. Bit for bit,
 except that a 0xFF byte (NaN with the sign bit) may come back as 0x7F (the GPU's conversions
 drop a NaN's sign; measured on the H200 2026-12-04): the test says how many bytes differ and
-fails on any other difference. And the op's output is the same with either V^T."""
+fails on any other difference. The word kernel (vt_word_kernel, the op's default where V can
+be viewed as int32 words) exactly, 0xFF included, with the byte kernels as its fallback. And
+the op's output is the same with either V^T."""
 
 import importlib
 
@@ -88,3 +90,56 @@ def test_op_output_is_the_same_with_either_vt():
         finally:
             op.VT_KERNEL = True
     assert torch.equal(outs[0], outs[1])
+
+
+def _words_compiled(D: int, permuted: bool) -> bool:
+    """Whether the op has built the word kernel for D (BuildMemo iterates over
+    (build choices, key) pairs; the key: ("words", D, permuted, device, key stride))."""
+    return any(key[:3] == ("words", D, permuted) for _, key in op._VT_COMPILED)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("SK", [1, 31, 33, 100, 2048])
+@pytest.mark.parametrize("permuted", [True, False])
+def test_word_kernel_vt_is_bit_exact(layout, D, SK, permuted):
+    # the op's default V^T (vt_word_kernel: 32-bit words, integer shifts) equals torch's
+    # transpose byte for byte, 0xFF included (no NaN-sign allowance), keys past S zero
+    shape = (2, 3, SK, D) if layout == "bhsd" else (2, SK, 3, D)
+    v = _bytes_v(shape, SK * D + permuted + 11)
+    keys_major = op._bhsd(v, layout)
+    B, H = keys_major.shape[:2]
+    pad = -(-SK // 32) * 32 if permuted else max(16, -(-SK // 16) * 16)
+    new = torch.full((B, H, D, pad), 0xAA, dtype=torch.uint8, device="cuda").view(E4M3)
+    want = _old(keys_major, torch.full_like(new.view(torch.uint8), 0x55).view(E4M3), permuted)
+    assert op.VT_WORDS and op._word_operands(op._flat_storage(keys_major), new) is not None
+    assert op._kernel_transpose(keys_major, new, permuted=permuted)
+    torch.cuda.synchronize()
+    assert _words_compiled(D, permuted)
+    got = new.view(torch.uint8)
+    if not permuted:
+        got, want = got[..., :SK], want[..., :SK]
+        assert torch.equal(got, keys_major.view(torch.uint8).transpose(-1, -2))
+    bad = (got != want).nonzero()
+    assert bad.numel() == 0, f"{bad.shape[0]} bytes differ, first at {bad[0].tolist()}"
+    assert (keys_major.view(torch.uint8) == 0xFF).any()
+
+
+def test_byte_kernels_stay_the_fallback():
+    # V whose storage starts 1 byte off a word: no int32 view, the flat byte kernel runs
+    base = _bytes_v((2 * 3 * 40 * 128 + 1,), 5)
+    v = base[1:].view(2, 3, 40, 128)
+    assert op._word_operands(op._flat_storage(v), torch.empty(
+        (2, 3, 128, 64), dtype=E4M3, device="cuda")) is None
+    new = torch.full((2, 3, 128, 64), 0xAA, dtype=torch.uint8, device="cuda").view(E4M3)
+    assert op._kernel_transpose(v, new, permuted=True)
+    _same_bytes(new, _old(v, torch.zeros_like(new), True), 40, True)
+    # and VT_WORDS off takes the byte kernels for a V the word kernel could take
+    op.VT_WORDS = False
+    try:
+        x = _bytes_v((2, 3, 40, 128), 6)
+        new = torch.full((2, 3, 128, 64), 0xAA, dtype=torch.uint8, device="cuda").view(E4M3)
+        assert op._kernel_transpose(x, new, permuted=True)
+        _same_bytes(new, _old(x, torch.zeros_like(new), True), 40, True)
+    finally:
+        op.VT_WORDS = True

@@ -4,7 +4,9 @@ interpreter, byte for byte against the torch word passes the op used before them
 on small and ragged key counts, both layouts, every head dim, natural and permuted order, every
 byte value (the interpreter keeps NaN bytes and -0); the flat view the op picks; the verifier
 clean and NVRTC builds for sm_90a; and the permutation formula of the index map equal to
-acc_order_col. The GPU tier (tests/gpu/test_attention_vt_gpu.py) compares the device's bytes."""
+acc_order_col. The word kernel (vt_word_kernel, 32-bit words, the op's default) likewise, every
+rows-per-thread split, with the op's word views (`_word_operands`). The GPU tier
+(tests/gpu/test_attention_vt_gpu.py) compares the device's bytes."""
 
 import importlib
 
@@ -232,3 +234,20 @@ def test_word_kernel_builds_with_wide_stores_and_no_local_memory(D):
         text = str(getattr(compiled.source, "text", compiled.source))
         # whole 16-byte vector stores of each row's run; no shared memory (no conversion)
         assert "int4" in text and "__syncthreads" not in text, k.name
+
+
+def test_word_operands_take_word_aligned_v_and_contiguous_vt():
+    v = torch.zeros(2, 3, 40, 128, dtype=torch.uint8)
+    store = torch.empty(2, 3, 128, 64, dtype=torch.uint8).view(E4M3)
+    words, vt = op._word_operands(op._flat_storage(v.view(E4M3)), store)
+    assert words.dtype == torch.int32 and words.numel() == v.numel() // 4
+    assert vt.shape == (6, 128 // word_rows_per_thread(128), word_rows_per_thread(128), 16)
+    assert vt.data_ptr() == store.data_ptr()
+    # bshd: the same storage, read through its strides
+    assert op._word_operands(op._flat_storage(v.view(E4M3).transpose(1, 2)), store) is not None
+    # a storage offset of 1 byte: no int32 view (the byte kernels run)
+    odd = torch.zeros(2 * 3 * 40 * 128 + 1, dtype=torch.uint8)[1:].view(2, 3, 40, 128)
+    assert op._word_operands(op._flat_storage(odd.view(E4M3)), store) is None
+    # a V^T that is not contiguous
+    assert op._word_operands(op._flat_storage(v.view(E4M3)),
+                             store.transpose(-1, -2).contiguous().transpose(-1, -2)) is None
