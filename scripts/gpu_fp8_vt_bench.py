@@ -20,12 +20,17 @@ and the op's permuted V^T (kernel_v: rows of 32-key groups in acc_order_col orde
 zero), each compared byte for byte with the torch permuted path's output:
   - wperm: the torch word passes (_transpose_as_words(..., 8, permuted=True): the op before the
     Argus kernels);
-  - kperm: the op's path now (_kernel_transpose: argus/kernels/attention_vt.py's flat kernel,
-    its prepared launch kept per buffers);
+  - kperm: the op's path now (_kernel_transpose: argus/kernels/attention_vt.py's word kernel,
+    vt_word_kernel, its prepared launch kept per buffers);
+  - kbyte: the op's path with VT_WORDS off (the flat byte kernel, the op before the word
+    kernel);
+  - kword<r> with --word-rows 1,2,4 (and --word-groups 4,8,16: kword<r>g<n>): the word kernel
+    at r rows of V^T a thread (and n 4-key groups a CTA), launched through Compiled.__call__;
   - k4d: the 4-d kernel (any strides; the op's for a V no flat view covers);
   - kperm<n> with --keys 16,32,...: the flat kernel at n keys a CTA, launched through
     Compiled.__call__;
-  - knat: the 4-d kernel in natural key order against torch's transpose.
+  - knat: the 4-d kernel in natural key order against torch's transpose;
+  - wnat: the word kernel in natural key order (the op's transposed_v) against it.
 A variant whose bytes differ prints MISMATCH with how many, and how many of them are a 0xFF
 (NaN with the sign bit) written as 0x7F, the kernels' one known difference (the GPU's e4m3
 conversions drop a NaN's sign); it is timed anyway with --time-mismatched (NOT EXACT). The
@@ -35,12 +40,15 @@ out bytes / word16 / word32 / word64 / intmm.
 
 --op: then argus.ops.attention_fp8 end to end (B = 16384 / S, H = Hkv = 2048 / D, as
 scripts/gpu_attention_bench.py --no-gqa) at the same lengths, full and causal, with V^T made by
-the torch word passes (VT_KERNEL = False, the old op) and by the Argus kernel: us and TFLOP/s
+the torch word passes (VT_KERNEL = False, the old op), by the byte kernel (VT_WORDS = False,
+byte_vt) and by the word kernel (the default, kernel_vt): us and TFLOP/s
 (4 B H S^2 D, halved causal), and the max |difference| of the two outputs (0 expected: the
 same V^T up to NaN signs, the same kernel; random normal data has no NaN).
 
 The numbers in argus/kernels/attention_vt.py's docstring come from this script's run on the
-H200 on 2026-12-04 (--skip-words --keys 16,32,64,128 --time-mismatched --op).
+H200 on 2026-12-04 (--skip-words --keys 16,32,64,128 --time-mismatched --op); the word
+kernel's (not yet measured): scripts/gpu_round2.sh vt60 (--skip-words --time-mismatched
+--word-rows 1,2,4 --word-groups 4,8,16 --op).
 """
 
 import argparse
@@ -74,8 +82,13 @@ def mismatch(got, ref) -> str:
     return f"MISMATCH {n} bytes ({nan_sign} of them 0xFF written as 0x7F)"
 
 
+def _op_path(on: bool, words: bool):
+    """Set the op's V^T path: torch word passes (on False), byte kernels, word kernel."""
+    mod.VT_KERNEL, mod.VT_WORDS = on, words
+
+
 def op_bench(D, lengths, trials):
-    """argus.ops.attention_fp8 with the old (torch) and new (kernel) V^T, --op."""
+    """argus.ops.attention_fp8 with the old (torch), byte-kernel and word-kernel V^T, --op."""
     import argus.ops
 
     for SK in lengths:
@@ -86,8 +99,9 @@ def op_bench(D, lengths, trials):
         for causal in (False, True):
             flops = 4 * B * H * SK * SK * D / (2 if causal else 1)
             outs, cols = {}, []
-            for name, on in (("torch_vt", False), ("kernel_vt", True)):
-                mod.VT_KERNEL = on
+            for name, on, words in (("torch_vt", False, False), ("byte_vt", True, False),
+                                    ("kernel_vt", True, True)):
+                _op_path(on, words)
                 try:
                     fn = (lambda: argus.ops.attention_fp8(q, k, v, q_scale=1.0, k_scale=1.0,
                                                           v_scale=1.0, causal=causal))
@@ -96,10 +110,21 @@ def op_bench(D, lengths, trials):
                     ms = measure(fn, trials=trials).median_ms
                     cols.append(f"{name} {ms * 1e3:8.1f} us {flops / ms / 1e9:6.1f} TFLOP/s")
                 finally:
-                    mod.VT_KERNEL = True
-            diff = (outs["torch_vt"] - outs["kernel_vt"]).abs().max().item()
+                    _op_path(True, True)
+            diff = max((outs["torch_vt"] - outs[n]).abs().max().item()
+                       for n in ("byte_vt", "kernel_vt"))
             print(f"op S {SK:6d} D {D} B {B} H {H} {'causal' if causal else 'full  '}  "
                   + "  ".join(cols) + f"  max|diff| {diff:g}", flush=True)
+
+
+def byte_path(fn):
+    """fn() with the op's V^T by the byte kernels (VT_WORDS off), as the op before the word
+    kernel: its prepared launch is kept apart (the launch memo's key has VT_WORDS)."""
+    mod.VT_WORDS = False
+    try:
+        return fn()
+    finally:
+        mod.VT_WORDS = True
 
 
 def main():
@@ -111,6 +136,10 @@ def main():
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--keys", default="", help="also time the flat V^T kernel at these keys "
                     "a CTA (multiples of 16), e.g. 16,32,64")
+    ap.add_argument("--word-rows", default="", help="also time the word V^T kernel at these "
+                    "rows of V^T a thread (1, 2, 4), e.g. 1,2,4")
+    ap.add_argument("--word-groups", default="", help="with --word-rows: also these 4-key "
+                    "groups a CTA (multiples of 4), e.g. 4,8,16 (default: the kernel's)")
     ap.add_argument("--op", action="store_true", help="then time attention_fp8 end to end, "
                     "old and new V^T")
     ap.add_argument("--skip-words", action="store_true", help="leave out word16/32/64, bytes "
@@ -118,7 +147,8 @@ def main():
     ap.add_argument("--time-mismatched", action="store_true", help="time the Argus kernel "
                     "variants even where their bytes differ (marked NOT EXACT)")
     args = ap.parse_args()
-    from argus.kernels.attention_vt import vt_flat_kernel, vt_kernel
+    from argus.kernels.attention_vt import (WORD_GROUPS_PER_CTA, vt_flat_kernel, vt_kernel,
+                                            vt_word_kernel)
     B, H, D = args.batch, args.heads, args.dim
     for SK in (int(s) for s in args.lengths.split(",")):
         v = torch.randint(0, 256, (B, H, SK, D), dtype=torch.uint8, device="cuda").view(E4M3)
@@ -147,6 +177,7 @@ def main():
         perm_variants = {
             "wperm": lambda: mod._transpose_as_words(v, pstore, 8, permuted=True),
             "kperm": lambda: mod._kernel_transpose(v, pstore, permuted=True),
+            "kbyte": lambda: byte_path(lambda: mod._kernel_transpose(v, pstore, permuted=True)),
             "k4d": lambda k4=vt_kernel(D, True).compile(): k4(v, pstore),
         }
         vflat = mod._flat_storage(v)
@@ -154,6 +185,16 @@ def main():
             kern = vt_flat_kernel(D, True, n, D).compile()
             perm_variants[f"kperm{n}"] = (
                 lambda kern=kern: kern(vflat, pstore, SK, *v.stride()[:3]))
+        vwords = vflat.view(torch.uint8).view(torch.int32)
+        word_scalars = (SK, H, *(st // 4 for st in v.stride()[:3]))
+        groups = [int(x) for x in args.word_groups.split(",") if x] or [WORD_GROUPS_PER_CTA]
+        for r in (int(x) for x in args.word_rows.split(",") if x):
+            for n in groups:
+                kern = vt_word_kernel(D, True, n, D // 4, r).compile()
+                vtw = pstore.view(torch.uint8).view(torch.int32).view(B * H, D // r, r, -1)
+                tag = f"kword{r}" + (f"g{n}" if args.word_groups else "")
+                perm_variants[tag] = (
+                    lambda kern=kern, vtw=vtw: kern(vwords, vtw, *word_scalars))
         nbytes = 2 * v.numel()
         for name, (fn, out) in variants.items():
             store.view(torch.uint8).fill_(0)
@@ -177,6 +218,8 @@ def main():
         kn = vt_kernel(D, False).compile()
         checks = [(name, fn, pstore, pref) for name, fn in perm_variants.items()]
         checks.append(("knat", lambda: kn(v, natural), natural[..., :SK], ref))
+        checks.append(("wnat", lambda: mod._kernel_transpose(v, natural, permuted=False),
+                       natural[..., :SK], ref))
         for name, fn, out, want in checks:
             out.view(torch.uint8).fill_(0xAA)       # a byte the transposes never leave behind
             if fn() is False:

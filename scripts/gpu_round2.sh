@@ -47,6 +47,10 @@
 #        `sumend`: 4 SHFL + 4 FADD fewer a KV block at hd128, against the default; kernels alone)
 #        ekr60 (h324: FA3's early K release, `ekr`: K_j released after wait 1, before the
 #        softmax of S_j, P_{j-1} V_{j-1} in flight; against the default; kernels alone)
+#        vt60 fp8op60 (h322: FP8 attention's V^T by 32-bit words, vt_word_kernel, the op's
+#        default: the vt bench at hd128 with the word kernel's rows / groups sweep, the byte
+#        kernel and a plain copy beside it, then the op end to end with each V^T; fp8op60: the
+#        FP8 op (pvt) against cuDNN at 2k / 4k / 16k)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -496,6 +500,14 @@ for s in "${steps[@]}"; do
     ekr60) run_step ekr60 240 python3 -u scripts/gpu_attention_bench.py --dims 128 \
         --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
         --variants default,default+ekr --out "$OUT/ekr60" ;;
+    # 2026-12-07 (h322): V^T by 32-bit words (vt_word_kernel: shifts and masks, no f32 round
+    # trip, 32-byte runs of V^T a thread; bit-exact) against the byte kernel (kbyte, the op
+    # before it) and a plain copy of V, L2 flushed; then the op with torch / byte / word V^T
+    vt60) run_step vt60 300 python3 -u scripts/gpu_fp8_vt_bench.py --lengths 2048,8192,16384 \
+        --dim 128 --skip-words --time-mismatched --word-rows 1,2,4 --word-groups 4,8,16 --op ;;
+    fp8op60) run_step fp8op60 240 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default --fp8 pvt \
+        --out "$OUT/fp8op60" ;;
     *) echo "unknown step $s" ;;
   esac
 done
