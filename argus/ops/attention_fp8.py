@@ -27,10 +27,10 @@ kernels, 1.05-1.11 TB/s on the H200, 2.3x the torch path, not yet a copy's 3.3-4
 CPU tensors, or with VT_KERNEL off, two torch copy passes (8- or 4-byte words, then the bytes
 inside each word: `_word_transpose`, 0.45-0.47 TB/s). They write the same bytes, except that
 the byte kernels write a V byte 0xFF (NaN with the sign bit) as 0x7F (the GPU's e4m3
-conversions; still NaN); the word kernel is bit-exact. A caller that keeps V transposed (a KV cache written that way) passes
-v_transposed=True and v [B, Hkv, D, Skv] (whatever `layout` says for q and k), read in place
-when TMA can address it (unit stride on Skv, Skv * 1 byte rows a multiple of 16 bytes), else
-copied the same way.
+conversions; still NaN); the word kernel is bit-exact. A caller that keeps V transposed (a
+KV cache written that way) passes v_transposed=True and v [B, Hkv, D, Skv] (whatever
+`layout` says for q and k), read in place when TMA can address it (unit stride on Skv,
+Skv * 1 byte rows a multiple of 16 bytes), else copied the same way.
 
 The op's own copy writes each 32-key group of V^T in the order the kernel's P reads without
 shuffles (`kernel_v`, target/fragments.py acc_order_col; rows of Skv rounded up to 32, keys

@@ -3,8 +3,8 @@ arange, expand_dims.
 
 Invariant: float tiles compute in float32 and store bf16/f16 values rounded, as on the device;
 integer tiles hold and compute in their own integer type (exact at any index, as the
-generated code's integer registers; bitwise ops and shifts on their bits, as C's); i1 tiles are numpy bools; layouts have no meaning here
-(a layout conversion copies the values).
+generated code's integer registers; bitwise ops and shifts on their bits, as C's); i1 tiles
+are numpy bools; layouts have no meaning here (a layout conversion copies the values).
 """
 
 from __future__ import annotations
