@@ -152,13 +152,18 @@ def test_kernels_build_for_sm90a(D):
 
 
 def _word_views(x, store, rows: int):
-    """The word kernel's operands (argus.ops.attention_fp8._word_operands' views): V's flat
-    storage as int32 words and V^T as [B H, D/F, F, P/4] int32, plus the word strides."""
+    """The word kernel's operands: the op's own views (`_word_operands`: V's flat storage as
+    int32 words, V^T as [B H, D/F, F, P/4] int32) where F is the op's, else the same views at
+    `rows`; plus the scalars the op passes (S, H and V's word strides)."""
     B, H, SK, D = x.shape
+    sb, sh, sk, _ = x.stride()
+    scalars = (SK, H, sb // 4, sh // 4, sk // 4)
+    if rows == word_rows_per_thread(D):
+        words, vt = op._word_operands(op._flat_storage(x), store)
+        return words, vt, scalars
     words = op._flat_storage(x).view(torch.uint8).view(torch.int32)
     vt = store.view(torch.uint8).view(torch.int32).view(B * H, D // rows, rows, -1)
-    sb, sh, sk, _ = x.stride()
-    return words, vt, (SK, H, sb // 4, sh // 4, sk // 4)
+    return words, vt, scalars
 
 
 @pytest.mark.parametrize("layout", ["bhsd", "bshd"])
