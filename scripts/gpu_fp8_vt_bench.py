@@ -128,6 +128,9 @@ def byte_path(fn):
 
 
 def main():
+    # the word kernel is what this bench measures (kperm, kword, the op's kernel_vt): on
+    # whatever the op's default is (attention_fp8.VT_WORDS is off until a GPU run passes)
+    mod.VT_WORDS = True
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="2048,8192,16384")
     ap.add_argument("--dim", type=int, default=128)

@@ -21,10 +21,10 @@ operands), and the K of P V is the key, so the kernel reads V^T [B, Hkv, D, Skv]
 (v_transposed=False, v shaped like k) the op makes that copy on every call (B Hkv Skv D bytes
 read and written, e.g. 16 MiB at B 8, Hkv 8, Skv 2k, D 128), padding each row to a multiple of
 16 keys for TMA. On CUDA tensors an Argus kernel makes it in one pass
-(argus/kernels/attention_vt.py, `_kernel_transpose`: the word kernel, V moved as 32-bit words
-with integer shifts and masks, where V's storage can be viewed as such words; else the byte
-kernels, 1.05-1.11 TB/s on the H200, 2.3x the torch path, not yet a copy's 3.3-4.2 TB/s); on
-CPU tensors, or with VT_KERNEL off, two torch copy passes (8- or 4-byte words, then the bytes
+(argus/kernels/attention_vt.py, `_kernel_transpose`: with VT_WORDS on, the word kernel, V
+moved as 32-bit words with integer shifts and masks, where V's storage can be viewed as such
+words (off until it has run on a GPU); else the byte kernels, 1.05-1.11 TB/s on the H200,
+2.3x the torch path, not yet a copy's 3.3-4.2 TB/s); on CPU tensors, or with VT_KERNEL off, two torch copy passes (8- or 4-byte words, then the bytes
 inside each word: `_word_transpose`, 0.45-0.47 TB/s). They write the same bytes, except that
 the byte kernels write a V byte 0xFF (NaN with the sign bit) as 0x7F (the GPU's e4m3
 conversions; still NaN); the word kernel is bit-exact. A caller that keeps V transposed (a
@@ -247,9 +247,12 @@ def kernel_v(v, layout: str, v_transposed: bool, launched: list | None = None):
 # scripts/gpu_fp8_vt_bench.py's old-versus-new run in one process, not an API
 VT_KERNEL = True
 # V^T by the word kernel (vt_word_kernel: 32-bit words, bit-exact) where V and V^T can be
-# viewed as words; False gives the byte kernels (vt_flat_kernel / vt_kernel): for
-# scripts/gpu_fp8_vt_bench.py's old-versus-new run in one process, not an API
-VT_WORDS = True
+# viewed as words; False gives the byte kernels (vt_flat_kernel / vt_kernel). Off by default
+# until it has run on a GPU: it is bit-exact in the interpreter, verifies with zero findings
+# and builds for sm_90a, but no device came in the session that built it (2026-12-07, h322);
+# tests/gpu/test_attention_vt_gpu.py and `gpu_round2.sh vt60 fp8op60` turn it on themselves.
+# Not an API: the switch of the bench's old-versus-new runs and of those tests
+VT_WORDS = False
 # (head dim, permuted, device index, key stride) -> compiled byte V^T kernel;
 # ("words", head dim, permuted, device index, key stride in words) -> the word kernel
 _VT_COMPILED: BuildMemo = BuildMemo()
@@ -260,8 +263,9 @@ def _kernel_transpose(x, store, permuted: bool, launched: list | None = None) ->
     False (nothing written) where it does not apply: CPU tensors (the tests' interpreter runs
     and the torch reference), VT_KERNEL off, a head dim the kernel is not built for, or a V
     whose innermost dim is not contiguous. One read of V, one write of V^T (the torch path
-    reads and writes twice, through a temporary): vt_word_kernel where V is bhsd or bshd of a
-    contiguous block and both V and V^T can be viewed as 4-byte words (`_word_operands`),
+    reads and writes twice, through a temporary): vt_word_kernel (VT_WORDS on) where V is
+    bhsd or bshd of a contiguous block and V and V^T can be viewed as 4-byte words
+    (`_word_operands`),
     else vt_flat_kernel where V is such a block, else the 4-d vt_kernel
     (argus/kernels/attention_vt.py, measured there). Bytes as `_word_transpose`'s (the word
     kernel's exactly; the byte kernels write 0xFF as 0x7F: that module's docstring).
