@@ -24,8 +24,9 @@ read and written, e.g. 16 MiB at B 8, Hkv 8, Skv 2k, D 128), padding each row to
 (argus/kernels/attention_vt.py, `_kernel_transpose`: with VT_WORDS on, the word kernel, V
 moved as 32-bit words with integer shifts and masks, where V's storage can be viewed as such
 words (off until it has run on a GPU); else the byte kernels, 1.05-1.11 TB/s on the H200,
-2.3x the torch path, not yet a copy's 3.3-4.2 TB/s); on CPU tensors, or with VT_KERNEL off, two torch copy passes (8- or 4-byte words, then the bytes
-inside each word: `_word_transpose`, 0.45-0.47 TB/s). They write the same bytes, except that
+2.3x the torch path, not yet a copy's 3.3-4.2 TB/s); on CPU tensors, or with VT_KERNEL off,
+two torch copy passes (8- or 4-byte words, then the bytes inside each word:
+`_word_transpose`, 0.45-0.47 TB/s). They write the same bytes, except that
 the byte kernels write a V byte 0xFF (NaN with the sign bit) as 0x7F (the GPU's e4m3
 conversions; still NaN); the word kernel is bit-exact. A caller that keeps V transposed (a
 KV cache written that way) passes v_transposed=True and v [B, Hkv, D, Skv] (whatever
