@@ -47,7 +47,24 @@ def as_scalar(x) -> "Scalar":
                      user_loc())
 
 
-class Scalar:
+class _BitOperators:
+    """& | ^ << >> of Scalar and Tile, one table for both: each class's `_bits(fn, other,
+    reverse, logical)` records them. & | on booleans (comparison results) are logical, on
+    integers bitwise, with ^ << >> (the right operand of a shift: a count in [0, bits))."""
+
+    def __and__(self, o): return self._bits("bitand", o, logical="and")
+    def __rand__(self, o): return self._bits("bitand", o, True, logical="and")
+    def __or__(self, o): return self._bits("bitor", o, logical="or")
+    def __ror__(self, o): return self._bits("bitor", o, True, logical="or")
+    def __xor__(self, o): return self._bits("bitxor", o)
+    def __rxor__(self, o): return self._bits("bitxor", o, True)
+    def __lshift__(self, o): return self._bits("shl", o)
+    def __rlshift__(self, o): return self._bits("shl", o, True)
+    def __rshift__(self, o): return self._bits("shr", o)
+    def __rrshift__(self, o): return self._bits("shr", o, True)
+
+
+class Scalar(_BitOperators):
     """A runtime scalar (uniform unless derived from ag.thread_index())."""
 
     def __init__(self, value: Value, uniform: bool = True):
@@ -95,17 +112,6 @@ class Scalar:
     def __le__(self, o): return self._bin("le", o)
     def __gt__(self, o): return self._bin("gt", o)
     def __ge__(self, o): return self._bin("ge", o)
-    # & | on booleans (comparison results) are logical; on integers, with ^ << >>, bitwise
-    def __and__(self, o): return self._bits("bitand", o, logical="and")
-    def __rand__(self, o): return self._bits("bitand", o, True, logical="and")
-    def __or__(self, o): return self._bits("bitor", o, logical="or")
-    def __ror__(self, o): return self._bits("bitor", o, True, logical="or")
-    def __xor__(self, o): return self._bits("bitxor", o)
-    def __rxor__(self, o): return self._bits("bitxor", o, True)
-    def __lshift__(self, o): return self._bits("shl", o)
-    def __rlshift__(self, o): return self._bits("shl", o, True)
-    def __rshift__(self, o): return self._bits("shr", o)
-    def __rrshift__(self, o): return self._bits("shr", o, True)
 
     def _bits(self, fn: str, other, reverse: bool = False, logical: str | None = None):
         if logical is not None and self.dtype == dtypes.i1:
@@ -172,7 +178,7 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tile:
+class Tile(_BitOperators):
     """A register tile: elementwise math, conversions and reductions record IR ops.
     `bound`: the static interval of an integer tile's values where the trace knows it
     (ag.arange, ag.full, integer math over them), else None; it picks i32 or i64 for integer
@@ -251,18 +257,7 @@ class Tile:
         """i32 indices of the minima along `axis` (keepdims); ties: the smallest index."""
         return self._reduce("argmin", axis)
 
-    # & | ~ on boolean tiles (comparison results) are logical; & | ^ << >> on integer tiles
-    # bitwise (the right operand of a shift: a count in [0, bits))
-    def __and__(self, o): return self._bits("bitand", o, logical="and")
-    def __rand__(self, o): return self._bits("bitand", o, True, logical="and")
-    def __or__(self, o): return self._bits("bitor", o, logical="or")
-    def __ror__(self, o): return self._bits("bitor", o, True, logical="or")
-    def __xor__(self, o): return self._bits("bitxor", o)
-    def __rxor__(self, o): return self._bits("bitxor", o, True)
-    def __lshift__(self, o): return self._bits("shl", o)
-    def __rlshift__(self, o): return self._bits("shl", o, True)
-    def __rshift__(self, o): return self._bits("shr", o)
-    def __rrshift__(self, o): return self._bits("shr", o, True)
+    # & | (from _BitOperators) and ~ on boolean tiles are logical
     def __invert__(self): return self._bool("not")
 
     def _bits(self, fn: str, other, reverse: bool = False, logical: str | None = None):
