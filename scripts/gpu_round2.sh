@@ -51,6 +51,7 @@
 #        default: the vt bench at hd128 with the word kernel's rows / groups sweep, the byte
 #        kernel and a plain copy beside it, then the op end to end with each V^T; fp8op60: the
 #        FP8 op (pvt) against cuDNN at 2k / 4k / 16k)
+#        vt61tests ekrsum61 (session 61: the word V^T's GPU tests; sumend, ekr and both)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -508,6 +509,13 @@ for s in "${steps[@]}"; do
     fp8op60) run_step fp8op60 240 python3 -u scripts/gpu_attention_bench.py --dims 128 \
         --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default --fp8 pvt \
         --out "$OUT/fp8op60" ;;
+    # 2026-12-07 (session 61): the word V^T's GPU test before VT_WORDS turns on, then the two
+    # opt-in levers of stop 60 (sumend, ekr) and both together, kernels alone, hd128
+    vt61tests) run_step vt61tests 180 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf \
+        tests/gpu/test_attention_vt_gpu.py tests/gpu/test_attention_fp8_gpu.py ;;
+    ekrsum61) run_step ekrsum61 240 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+ekr,default+sumend,default+ekr+sumend --out "$OUT/ekrsum61" ;;
     *) echo "unknown step $s" ;;
   esac
 done
