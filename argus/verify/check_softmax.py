@@ -31,8 +31,12 @@ the iteration made and no variable carries on (`m = m`: the running max never ad
 kept as a "dropped" statistic, so the next block's rescale, converting from the variable's
 stale value, is reported (with the line of the self-assignment, which tracing records no op
 for); a value never rescaled may be relative to a max reloaded every block, and stays
-unknown. Values the flow does not recognize are unknown and never reported, so kernels
-without an online softmax have no finding.
+unknown. Before those two walks the loop's first two iterations are walked from the state
+it is entered with, reporting (`first_iterations`): a loop entered with a statistic made
+before it (FA3's overlap order peels block 0) has a head state that loses any carried value a
+bug makes disagree with the entry, which the steady walk then never looks at. Values the flow
+does not recognize are unknown and never reported, so kernels without an online softmax have
+no finding.
 """
 
 from __future__ import annotations
@@ -180,6 +184,8 @@ class _Flow:
         self._seen: set = set()
         self.kernel = kernel
         self.loop_now: O.For | None = None   # the loop being walked (innermost)
+        self.iteration: str | None = None    # the iteration a finding is made in, when one
+        self.steady: str | None = None       # the loop whose steady state is being walked
         self.region(kernel.body)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -208,6 +214,11 @@ class _Flow:
             at = f" ({op.loc})" if op is not None else ""
             return (f"the previous block's new max{at}, which no variable carries into the "
                     f"next iteration")
+        if isinstance(tok, tuple) and tok[0] == "prev":
+            op = self.defs.get(tok[1])
+            return f"the block before the previous one (the value the loop at {op.loc} " \
+                f"carried into the iteration before)" if op is not None else \
+                "the block before the previous one"
         if isinstance(tok, tuple) and tok[0] == "head":
             op = self.defs.get(tok[1])
             return f"the previous blocks (running value carried by the loop at {op.loc})" \
@@ -228,9 +239,14 @@ class _Flow:
             return
         self._seen.add(key)
         who, said = W.issuer(self.roles.get(id(op)), "every thread")
+        witness = {**who, **witness}
+        if self.iteration is not None:
+            witness.setdefault("iteration", self.iteration)
+            what = f"{what} (in {self.iteration})"
+        elif self.steady is not None:
+            witness.setdefault("iteration", self.steady)
         self.findings.append(Finding("softmax.stats", op.loc, f"{op.NAME} at {op.loc}",
-                                     "violated", f"{what} (in {said})", {**who, **witness},
-                                     fix=fix))
+                                     "violated", f"{what} (in {said})", witness, fix=fix))
 
     # -- the walk --------------------------------------------------------------------------
     def region(self, r: Region) -> None:
@@ -299,18 +315,91 @@ class _Flow:
         # a head token names the variable and the loop, by its index's IR name (a value)
         heads = {v.id: ("head", v.id, op.var.id) for v in carried}
         report = self.report
-        self.report = False
         outer, self.loop_now = self.loop_now, op
+        pending = self.first_iterations(op, carried, heads, made) if report else []
+        self.report = False
         self.region(op.body)                      # what an iteration leaves in the carried
         end = self.mapped(carried, heads, made)
         for v in carried:
             self.set(v, _join(before_state[v.id], end[v.id]), heads[v.id])
         self.report = report
+        steady, self.steady = self.steady, f"the iterations of the loop at {op.loc} (its " \
+            f"steady state)"
         self.region(op.body)                      # from the head state, reporting
+        self.steady = steady
+        # the first iterations' findings the steady walk did not make (it keeps its words)
+        for key, finding in pending:
+            if key not in self._seen:
+                self._seen.add(key)
+                self.findings.append(finding)
         end = self.mapped(carried, heads, made)
         self.loop_now = outer
         for v in carried:
             self.set(v, end[v.id], heads[v.id])
+
+    def first_iterations(self, op: O.For, carried, heads, made) -> list:
+        """Walk the loop's first two iterations from the state it is entered with, reporting.
+        The head state the steady walk starts from joins the entry with what an iteration
+        leaves, and a carried statistic the two disagree on is unknown there: FA3's
+        overlapped loop enters with the block peeled in front of it (a running sum relative
+        to that block's max, O still zero, the carried alpha from the initial max), and a bug
+        that leaves a carried value unknown or relative to the wrong max (`l = l +
+        rowsum(P)`, `O + P V` with O's rescale dropped) was never looked at. The entry's
+        values are the first iteration's head values, so a statistic relative to a carried
+        variable's entry value is relative to that variable's head token; the second
+        iteration starts from the first one's end, its new statistics mapped to the head
+        tokens of the variables that carry them and the first iteration's head tokens to
+        ("prev", variable) (a carried alpha converts from the max before the head's). What
+        these walks report is a real mistake of that iteration (when the loop runs it). The
+        state is restored after them: the learning walk starts from the entry. Their findings
+        are returned as (key, finding) and kept where the steady walk, whose words the
+        findings before these walks had, does not make the same one."""
+        findings, seen = self.findings, self._seen
+        self.findings, self._seen = [], set(seen)
+        back: dict = {}
+        for v in carried:
+            back.setdefault(self.t(v), heads[v.id])
+        state, tok, at = dict(self.state), dict(self.tok), self.iteration
+        for v in carried:
+            self.set(v, _remapped(self.s(v), back), heads[v.id])
+        self.carry_made(back)
+        self.iteration = f"the first iteration of the loop at {op.loc}{self.index(op, 0)}"
+        self.region(op.body)
+        back = {}
+        for v in carried:
+            back.setdefault(self.t(v), heads[v.id])
+        for v in carried:
+            if self.t(v) == heads[v.id]:
+                continue   # not reassigned this iteration: the same head token again
+            back.setdefault(heads[v.id], ("prev", v.id, op.var.id))
+        ends = {v.id: _remapped(self.s(v), back, made) for v in carried}
+        self.carry_made(back)
+        for v in carried:
+            self.set(v, ends[v.id], heads[v.id])
+        self.iteration = f"the second iteration of the loop at {op.loc}{self.index(op, 1)}"
+        self.region(op.body)
+        self.state, self.tok, self.iteration = state, tok, at
+        # fail's key (every `what` is longer than 40 characters)
+        pending = [((f.loc.file, f.loc.line, f.message[:40]), f) for f in self.findings]
+        self.findings, self._seen = findings, seen
+        return pending
+
+    def carry_made(self, back: dict) -> None:
+        """The exp lines made relative to a max (`made`'s words) follow its token to the
+        token it is known by in the next iteration (the order matters: a head token becomes
+        ("prev", v) before a new max takes it, so both sources are read first)."""
+        moved = {new: list(self.rel_at.get(old, [])) for old, new in back.items()
+                 if self.rel_at.get(old)}
+        for new, lines in moved.items():
+            at = self.rel_at.setdefault(new, [])
+            at.extend(x for x in lines if x not in at)
+
+    def index(self, op: O.For, k: int) -> str:
+        """The loop index of its k-th iteration, when its start and step are constants."""
+        start, step = self.defs.get(op.start.id), self.defs.get(op.step.id)
+        if isinstance(start, O.Const) and isinstance(step, O.Const):
+            return f", index {int(start.value) + k * int(step.value)}"
+        return ""
 
     def mapped(self, carried, heads, made) -> dict:
         """The carried variables' end-of-iteration states with the tokens of this iteration's
@@ -566,6 +655,20 @@ def _broadcast_row(small, big) -> bool:
     """`small` broadcasts along some axis of `big` (a row or column vector of a tile)."""
     return len(small) == len(big) and tuple(small) != tuple(big) and \
         all(s == b or s == 1 for s, b in zip(small, big))
+
+
+def _remapped(st, back: dict, made=frozenset()):
+    """An abstract value with the statistics' tokens in `back` replaced (rel and inv name
+    one max, a rescale two); one relative to a value in `made` (made by an iteration) that
+    `back` does not carry on is unknown."""
+    if st is None:
+        return None
+    if st[0] in ("rel", "inv", "resc"):
+        toks = st[1:3] if st[0] == "resc" else st[1:2]
+        if any(t not in back and t in made for t in toks):
+            return None
+        return (st[0],) + tuple(back.get(t, t) for t in toks) + st[1 + len(toks):]
+    return st
 
 
 def _join(a, b):

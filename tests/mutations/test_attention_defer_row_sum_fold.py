@@ -15,8 +15,8 @@ them a dropped window verified clean (only the interpreter tests saw it):
 
 The alpha rescale keeps the unfolded sum's statistics claim: the block's partial rescaled by
 the block's own alpha (`l_i * alpha + part * alpha`) is reported by softmax.stats with the
-message the unfolded `p.sum(axis=1) * alpha` gets. (Neither form reports a rescale dropped,
-`l_i + part`: softmax.stats leaves a sum never rescaled unknown, folded or not.)
+message the unfolded `p.sum(axis=1) * alpha` gets. (A rescale dropped, `l_i + part`, folded or
+not, is reported since h327 in the loop's first iteration: test_attention_rescale_dropped.py.)
 
 A fold of 16-column windows at a stride of 16 (every column once) verifies clean, as does the
 library's. The bugs are seeded in a copy of argus/kernels/attention.py (tests/loading
