@@ -8,10 +8,13 @@ Before check_softmax walked a loop's first two iterations from its entry state
 (`first_iterations`), the forms that enter the loop with a statistic made before it were not
 looked at: FA3's overlap order peels block 0 in front of `for j in range(1, blocks)` (the
 default at head dims 128 and 256, the deferred row sum `sumend`, every FP8 schedule), so `l =
-l + rowsum(P)` and a dropped O rescale (at P V's issue, or after it retires: rescale_late)
-verified clean there. What was caught before, and still is: both drops in the plain loop, the
-intra-warpgroup overlap and ping-pong (entered with l and O zero), and a wrong alpha (alpha
-squared) everywhere. The library kernels verify with no softmax.stats violation in every form
+l + rowsum(P)` verified clean there (with the late rescale, `olate` and FP8's default, it was
+reported only at O's stmatrix, as an output stored unnormalized, not at l), and a dropped O
+rescale (at P V's issue, or after it retires: rescale_late) verified clean. What was caught
+before, and still is: both drops in the plain loop, the intra-warpgroup overlap and ping-pong
+(entered with l and O zero), and a wrong alpha (alpha squared) everywhere. Checked at
+638f30f2 with this file's cases: 11 of the 21 had no softmax.stats error there, 3 more only the
+stmatrix one. The library kernels verify with no softmax.stats violation in every form
 (tests/verify/test_attention_schedules.py and its neighbours hold the whole-report checks).
 The bugs are seeded in a copy of the library module (tests/loading.load_edited)."""
 
