@@ -59,15 +59,24 @@ _CONSTS: dict[int, tuple[z3.ExprRef, frozenset]] = {}
 _MEMOS: dict[tuple, dict] = {}
 
 
-def _memo(key: tuple, keep) -> dict:
-    """The table of rewrites for `key` (`keep`: the terms whose ids the key holds, kept
-    alive so that no id is reused while the table is)."""
-    table = _MEMOS.get(key)
+def _memo(key: tuple, keep, ctx) -> dict:
+    """The table of rewrites for `key` among those of the z3 context `ctx` (the context of
+    the terms whose ids the key holds and the table will: `solver.context_table`; `keep`:
+    those terms, kept alive so that no id is reused while the table is)."""
+    memos = _table("_MEMOS", ctx)
+    table = memos.get(key)
     if table is None:
-        if len(_MEMOS) > 200:
-            _MEMOS.clear()
-        table = _MEMOS[key] = {"keep": list(keep)}
+        if len(memos) > 200:
+            memos.clear()
+        table = memos[key] = {"keep": list(keep)}
     return table
+
+
+def _table(name: str, ctx):
+    """`solver.context_table` of this module's table `name` (its fast path inline)."""
+    if ctx is z3.z3._main_ctx:
+        return globals()[name]
+    return solver.context_table(sys.modules[__name__], name, ctx)
 
 
 solver.on_clear_cache(lambda: _MEMOS.clear())   # the table current then (`own_context` swaps it)
@@ -77,11 +86,12 @@ def consts(t) -> frozenset:
     """free_consts(t), memoized."""
     if not isinstance(t, z3.ExprRef):
         return frozenset()
-    hit = _CONSTS.get(t.get_id())
+    table = _table("_CONSTS", t.ctx)
+    hit = table.get(t.get_id())
     if hit is None:
-        if len(_CONSTS) > 50_000:
-            _CONSTS.clear()
-        hit = _CONSTS[t.get_id()] = (t, const_names(t))
+        if len(table) > 50_000:
+            table.clear()
+        hit = table[t.get_id()] = (t, const_names(t))
     return hit[1]
 
 
@@ -325,7 +335,7 @@ def normalized(t: z3.ArithRef, instance: set[str], prem: list, stats=None) -> z3
     row segments of an unrolled store (same premises), share the raster's subterms, whose
     digits were otherwise looked for once per offset."""
     memo = _memo(("normalized", frozenset(instance),
-                  tuple(p.get_id() for p in prem)), prem)
+                  tuple(p.get_id() for p in prem)), prem, t.ctx)
 
     def walk(t):
         key = t.get_id()
@@ -388,7 +398,8 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str],
     # model's premises once. A division keeps one fresh variable across calls (the premises
     # remembered and the terms rewritten now name it alike); each query gets the facts of
     # the fresh variables it mentions
-    shared = _memo(("generalize",), ())
+    terms = [c for _, c in claims] + list(prem)
+    shared = _memo(("generalize",), (), terms[0].ctx if terms else z3.main_ctx())
     if len(shared.get("terms", ())) > 20_000:   # a long-lived process: start over
         shared.clear()
     fresh: dict[int, tuple] = shared.setdefault("fresh", {})
@@ -433,7 +444,7 @@ def generalize(prem: Sequence[z3.BoolRef], claims, instance: set[str],
                     if known and consts(x) & instance and not consts(y) & instance:
                         hit = fresh.get(i)
                         if hit is None:
-                            v = z3.FreshInt("q" if k == z3.Z3_OP_IDIV else "r")
+                            v = z3.FreshInt("q" if k == z3.Z3_OP_IDIV else "r", ctx)
                             # keeps the term alive: its id is not reused
                             hit = fresh[i] = (wrap(a, ctx), v)
                             fact_of[str(v)] = [v >= 0, v < y] if k == z3.Z3_OP_MOD \

@@ -136,12 +136,17 @@ def _theory(terms: Sequence[z3.ExprRef]) -> str:
     if not terms:
         return "LIA"
     global _BV_CONSTS
-    if _BV_CONSTS is None:
-        _BV_CONSTS = z3.Probe("num-bv-consts")
-    g = z3.Goal(ctx=terms[0].ctx)
+    ctx = terms[0].ctx
+    if ctx is _z3._main_ctx:
+        if _BV_CONSTS is None:
+            _BV_CONSTS = z3.Probe("num-bv-consts", ctx)
+        probe = _BV_CONSTS
+    else:   # a probe of another context must not read this goal (`context_table`)
+        probe = z3.Probe("num-bv-consts", ctx)
+    g = z3.Goal(ctx=ctx)
     for t in terms:
         g.add(t)
-    return "QF_BV" if _BV_CONSTS(g) > 0 else "LIA"
+    return "QF_BV" if probe(g) > 0 else "LIA"
 
 
 _BV_CONSTS = None   # the probe, made at the first use (no z3 work at import)
@@ -199,12 +204,54 @@ def clear_cache() -> None:
 # caller's back after it. _FACTS is not among them: its decisions are functions of plain
 # numbers, the same in every context.
 _CONTEXT_LOCAL: list[tuple[object, str, object]] = []
+_FRESH: dict[tuple[object, str], object] = {}
 _OWN_CONTEXT_DEPTH = 0
+# the contexts `own_context` put aside, innermost last: (the context, its tables by (module,
+# name)); a term of one of them met during the run is looked up in its own tables
+_OUTER: list[tuple[object, dict]] = []
+_z3 = z3.z3   # the module whose `_main_ctx` own_context swaps
 
 
 def context_local(module, name: str, fresh) -> None:
     """Declare `module.name` a table of one z3 context: `fresh()` makes an empty one."""
     _CONTEXT_LOCAL.append((module, name, fresh))
+    _FRESH[(module, name)] = fresh
+
+
+def context_table(module, name: str, ctx):
+    """`module.name` (a `context_local` table) of the z3 context `ctx`, the one every lookup
+    keyed by AST ids must go through with its term's context (`term.ctx`).
+
+    Why: an AST id is unique within one context only, and the tables are those of one
+    context (z3's main context: `own_context` swaps both together). A term of another
+    context looked up in them finds another term's entry under its id: a test reading a
+    run's obligations after the run (their terms are of the run's own context) got the
+    constants of an outer term (`free_consts`), or a canonical substitution of the other
+    context's constants (a z3 sort or context error), depending on what ran before.
+
+    The main context's tables are the module's own (the fast path: one identity test). A
+    context a run put aside (`own_context`: a term made before the run, used in it) has the
+    tables it had then, kept for it and put back after the run. Any other context (one made
+    by a caller, or a finished run's) gets an empty table that is not kept: its lookups miss
+    and what they remember is dropped. Not kept since a table keeps its terms alive, hence
+    their context, and a context left alive changed later runs' findings (docs/verify.md,
+    "A z3 context per run"); a weak reference cannot help (the entries hold the context)."""
+    if ctx is _z3._main_ctx:
+        return getattr(module, name)
+    for outer, saved in _OUTER:
+        if outer is ctx:
+            key = (module, name)
+            if key not in saved:   # (a module imported during the run: put back fresh)
+                saved[key] = _FRESH[key]()
+            return saved[key]
+    return _FRESH[(module, name)]()
+
+
+def _table(name: str, ctx):
+    """`context_table` of this module's table `name`."""
+    if ctx is _z3._main_ctx:
+        return globals()[name]
+    return context_table(_THIS, name, ctx)
 
 
 @contextlib.contextmanager
@@ -235,9 +282,11 @@ def own_context():
         setattr(m, n, fresh())
     z3.z3._main_ctx = z3.Context()
     _OWN_CONTEXT_DEPTH += 1
+    _OUTER.append((outer, saved))
     try:
         yield
     finally:
+        _OUTER.pop()
         _OWN_CONTEXT_DEPTH -= 1
         z3.z3._main_ctx = outer
         # a module imported in the block declared its tables then: they hold the block's
@@ -283,14 +332,15 @@ def canonical(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.Boo
     ref = ctx.ref()
     order: dict[int, object] = {}
     seen: set[int] = set()
+    table = _table("_CONSTS", ctx)
     for p in parts:
         a = p.as_ast()
         tid = _L.Z3_get_ast_id(ref, a)
-        hit = _CONSTS.get(tid)
+        hit = table.get(tid)
         if hit is None:
             out: list = []
             if not _walk_consts(ref, a, seen, out):
-                _remember_consts(tid, p, out)
+                _remember_consts(table, tid, p, out)
             hit = (p, out)
         for i, c in hit[1]:
             if i not in order:
@@ -302,7 +352,8 @@ def canonical(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.Boo
         return f
     n = len(order)
     froms = (z3.Ast * n)(*order.values())
-    tos = (z3.Ast * n)(*[_canonical_const(j, z3.Z3_get_sort(ref, a), ctx)
+    canon = _table("_CANON", ctx)   # (held here: a table not kept holds the constants)
+    tos = (z3.Ast * n)(*[_canonical_const(j, z3.Z3_get_sort(ref, a), ctx, canon)
                          for j, a in enumerate(order.values())])
     return z3.BoolRef(z3.Z3_substitute(ref, f.as_ast(), n, froms, tos), ctx)
 
@@ -322,8 +373,9 @@ def _renamed(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.Bool
             order.setdefault(i, c)
     if not order:
         return list(premises), list(claims)
+    canon = _table("_CANON", ctx)
     pairs = [(z3.z3._to_expr_ref(a, ctx),
-              z3.z3._to_expr_ref(_canonical_const(j, z3.Z3_get_sort(ref, a), ctx), ctx))
+              z3.z3._to_expr_ref(_canonical_const(j, z3.Z3_get_sort(ref, a), ctx, canon), ctx))
              for j, a in enumerate(order.values())]
     out = [z3.substitute(p, *pairs) for p in premises]
     # the equalities themselves became `P == P`, `1 == 1`: dropped
@@ -387,35 +439,39 @@ def ordered_consts(t: z3.ExprRef) -> list:
     return _ordered_consts(t)
 
 
-def _remember_consts(tid: int, t: z3.ExprRef, out: list) -> None:
-    _CONSTS[tid] = (t, out)
-    if len(_CONSTS) > _PROOFS_MAX:
-        _CONSTS.popitem(last=False)
+def _remember_consts(table, tid: int, t: z3.ExprRef, out: list) -> None:
+    """Keep t's constants in `table` (t's context's `_CONSTS`)."""
+    table[tid] = (t, out)
+    if len(table) > _PROOFS_MAX:
+        table.popitem(last=False)
 
 
 def _ordered_consts(t: z3.ExprRef) -> list:
     """(ast id, raw ast) of t's uninterpreted constants in order of first occurrence,
     remembered per term (the entry keeps the term, so its id is not reused)."""
-    ref = t.ctx.ref()
+    ctx = t.ctx
+    ref = ctx.ref()
     tid = _L.Z3_get_ast_id(ref, t.as_ast())
-    hit = _CONSTS.get(tid)
+    table = _table("_CONSTS", ctx)
+    hit = table.get(tid)
     if hit is not None:
         return hit[1]
     out: list = []
     _walk_consts(ref, t.as_ast(), set(), out)
-    _remember_consts(tid, t, out)
+    _remember_consts(table, tid, t, out)
     return out
 
 
-def _canonical_const(j: int, sort, ctx):
-    """The raw ast of canonical constant j of `sort` (kept alive in _CANON)."""
+def _canonical_const(j: int, sort, ctx, table):
+    """The raw ast of canonical constant j of `sort`, kept alive in `table` (ctx's _CANON,
+    which the caller holds while it uses the ast)."""
     ref = ctx.ref()
     key = (j, z3.Z3_get_ast_id(ref, z3.Z3_sort_to_ast(ref, sort)))
-    c = _CANON.get(key)
+    c = table.get(key)
     if c is None:
         c = z3.z3._to_expr_ref(z3.Z3_mk_const(ref, z3.Z3_mk_string_symbol(ref, f"argus!c{j}"),
                                               sort), ctx)
-        _CANON[key] = c
+        table[key] = c
     return c.as_ast()
 
 
@@ -461,9 +517,10 @@ def prove(premises: Sequence[z3.BoolRef], claims: Sequence[tuple[str, z3.BoolRef
     if _cache_on() and len(premises) <= CACHE_MAX_PREMISES:
         term = canonical(premises, claims)
         key = (theory or "", term.get_id())
-        if key in _PROOFS:
-            _PROOFS.move_to_end(key)
-            hit = _PROOFS[key][1]
+        proofs = _table("_PROOFS", term.ctx)
+        if key in proofs:
+            proofs.move_to_end(key)
+            hit = proofs[key][1]
             ms = (time.perf_counter() - t0) * 1e3
             if stats is not None:
                 stats.add(hit.theory, ms)
@@ -626,9 +683,10 @@ def _within_small_launches(premises, claims, rlimit, params, stats,
 def _remember(key, term, out: Outcome) -> None:
     """Keep a proof (with its canonical term, which keeps the key's AST id alive)."""
     if key is not None and out.status == "proven":
-        _PROOFS[key] = (term, out)
-        if len(_PROOFS) > _PROOFS_MAX:
-            _PROOFS.popitem(last=False)
+        proofs = _table("_PROOFS", term.ctx)
+        proofs[key] = (term, out)
+        if len(proofs) > _PROOFS_MAX:
+            proofs.popitem(last=False)
 
 
 # budget of the quick proof attempt (step 2 of `prove`): the store.coords query of the FA3
@@ -937,8 +995,9 @@ def _remember_model(premises, m: z3.ModelRef) -> None:
             vals.append(z3.is_true(v))
         else:
             return   # a bit-vector or another sort: not kept
-    _RECENT_MODELS.insert(0, _Recent(premises, tuple(sorts), tuple(vals)))
-    del _RECENT_MODELS[RECENT_MODELS:]
+    recent = _table("_RECENT_MODELS", ctx)
+    recent.insert(0, _Recent(premises, tuple(sorts), tuple(vals)))
+    del recent[RECENT_MODELS:]
 
 
 class _Recent(tuple):
@@ -994,18 +1053,22 @@ def satisfied_by_recent_model(premises) -> bool:
     numerals a point substitutes are made once per value (`_numeral`): the d 256 FA3 kernels
     call it ~120 times a run over ~150 premises each, and their ~1,100 first evaluations
     built one IntVal wrapper per constant per premise."""
-    if not premises or not _RECENT_MODELS:
+    if not premises:
         return False
     ctx = premises[0].ctx
+    recent = _table("_RECENT_MODELS", ctx)
+    if not recent:
+        return False
     ref = ctx.ref()
     get_id = _L.Z3_get_ast_id
-    if len(_POINT_VALUES) > _PROOFS_MAX:
-        _POINT_VALUES.clear()
+    consts, point_values = _table("_CONSTS", ctx), _table("_POINT_VALUES", ctx)
+    if len(point_values) > _PROOFS_MAX:
+        point_values.clear()
     pids = [get_id(ref, p.as_ast()) for p in premises]
     n = len(pids)
     pcs: list = [None] * n
     kinds: dict[int, str] = {}
-    for entry in _RECENT_MODELS:
+    for entry in recent:
         if entry.ctx != ref.value:
             continue
         idset = entry.idset
@@ -1026,7 +1089,7 @@ def satisfied_by_recent_model(premises) -> bool:
         for k in range(n):
             pc = pcs[k]
             if pc is None:
-                hit = _CONSTS.get(pids[k])   # (`_ordered_consts`'s table, by the id at hand)
+                hit = consts.get(pids[k])   # (`_ordered_consts`'s table, by the id at hand)
                 pc = pcs[k] = hit[1] if hit is not None else _ordered_consts(premises[k])
             for i, a in pc:
                 if i in point:
@@ -1051,10 +1114,10 @@ def satisfied_by_recent_model(premises) -> bool:
             pc = pcs[k]
             values = tuple(point[i] for i, _ in pc)
             key = (pids[k], values)
-            hit = _POINT_VALUES.get(key)
+            hit = point_values.get(key)
             if hit is None:
                 hit = (premises[k], _true_at(premises[k], pc, values))
-                _POINT_VALUES[key] = hit
+                point_values[key] = hit
             if not hit[1]:
                 break
         else:
@@ -1076,11 +1139,13 @@ def _record_answer(premises, res: z3.CheckSatResult) -> None:
     not kept."""
     if not premises or res == z3.unknown:
         return
-    ref = premises[0].ctx.ref()
+    ctx = premises[0].ctx
+    ref = ctx.ref()
     get_id = _L.Z3_get_ast_id
     ids = frozenset(get_id(ref, p.as_ast()) for p in premises)
-    _KNOWN_SETS.insert(0, (res == z3.sat, ref.value, ids, tuple(premises)))
-    del _KNOWN_SETS[KNOWN_SETS:]
+    known = _table("_KNOWN_SETS", ctx)
+    known.insert(0, (res == z3.sat, ref.value, ids, tuple(premises)))
+    del known[KNOWN_SETS:]
 
 
 def _known_answer(premises) -> z3.CheckSatResult | None:
@@ -1091,12 +1156,15 @@ def _known_answer(premises) -> z3.CheckSatResult | None:
     of those of a set found unsatisfiable. None otherwise. Sound whatever the premises: a
     model of a set is one of each of its subsets, and a contradiction stays one with
     premises added."""
-    if not premises or not _KNOWN_SETS:
+    if not premises:
+        return None
+    known = _table("_KNOWN_SETS", premises[0].ctx)
+    if not known:
         return None
     ref = premises[0].ctx.ref()
     get_id = _L.Z3_get_ast_id
     pidset = frozenset(get_id(ref, p.as_ast()) for p in premises)
-    for sat, ctx, ids, _ in _KNOWN_SETS:
+    for sat, ctx, ids, _ in known:
         if ctx != ref.value:
             continue
         if sat and pidset <= ids:
@@ -1110,11 +1178,12 @@ def _numeral(v, ctx):
     """The ground Int or Bool numeral of `v` (an int or a bool), made once per value and
     context (`_NUMERALS`; a point's values are a kernel's few shapes and indices)."""
     key = (type(v) is bool, v, ctx.ref().value)
-    t = _NUMERALS.get(key)
+    numerals = _table("_NUMERALS", ctx)
+    t = numerals.get(key)
     if t is None:
-        if len(_NUMERALS) > _PROOFS_MAX:
-            _NUMERALS.clear()
-        t = _NUMERALS[key] = z3.BoolVal(v, ctx) if isinstance(v, bool) else z3.IntVal(v, ctx)
+        if len(numerals) > _PROOFS_MAX:
+            numerals.clear()
+        t = numerals[key] = z3.BoolVal(v, ctx) if isinstance(v, bool) else z3.IntVal(v, ctx)
     return t
 
 
@@ -1153,9 +1222,12 @@ def _pinned_model_found(premises, rlimit) -> bool:
     on the halo TMA conv. A model with pins is a model, so True means satisfiable; unsat or
     unknown answers nothing (the pins may be what excludes a model) and the full search
     follows."""
-    if not premises or not _RECENT_MODELS:
+    if not premises:
         return False
-    sorts, vals, ids = _RECENT_MODELS[0]
+    recent = _table("_RECENT_MODELS", premises[0].ctx)
+    if not recent:
+        return False
+    sorts, vals, ids = recent[0]
     shared = 0
     for a, b in zip(ids, premises):
         if a != b.get_id():
@@ -1232,10 +1304,10 @@ def _opaque(terms: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
     decl_of, decl_kind = _L.Z3_get_app_decl, _L.Z3_get_decl_kind
     # the model's premises recur in every query of a kernel: a term walked before is not
     # walked again (its entry keeps it alive, so its id is not reused)
-    new_terms = [t for t in terms if t.get_id() not in _OPAQUE_TERMS]
+    table = _table("_OPAQUE_TERMS", ctx)
+    new_terms = [t for t in terms if t.get_id() not in table]
     # the cached images are read now: inserting the new terms below may evict them
-    cached = {t.get_id(): _OPAQUE_TERMS[t.get_id()][1] for t in terms
-              if t.get_id() in _OPAQUE_TERMS}
+    cached = {t.get_id(): table[t.get_id()][1] for t in terms if t.get_id() in table}
 
     # post-order over the DAG, each node once: (raw ast, its children pushed yet?)
     todo = [(t.as_ast(), False) for t in new_terms]
@@ -1273,9 +1345,9 @@ def _opaque(terms: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
             memo[i] = z3.z3._to_expr_ref(
                 z3.Z3_update_term(ref, a, n, (z3.Ast * n)(*[k.as_ast() for k in kids])), ctx)
     for t in new_terms:
-        _OPAQUE_TERMS[t.get_id()] = (t, memo[t.get_id()])
-        if len(_OPAQUE_TERMS) > _PROOFS_MAX:
-            _OPAQUE_TERMS.popitem(last=False)
+        table[t.get_id()] = (t, memo[t.get_id()])
+        if len(table) > _PROOFS_MAX:
+            table.popitem(last=False)
     images = [cached[t.get_id()] if t.get_id() in cached else memo[t.get_id()] for t in terms]
     return [t if image is None else image for t, image in zip(terms, images)]
 
@@ -1349,13 +1421,14 @@ def _divisions_named(terms: Sequence[z3.ExprRef]) -> tuple[list[z3.ExprRef], lis
     get_id, kind_of = _L.Z3_get_ast_id, _L.Z3_get_ast_kind
     nargs, arg = _L.Z3_get_app_num_args, _L.Z3_get_app_arg
     decl_of, decl_kind = _L.Z3_get_app_decl, _L.Z3_get_decl_kind
-    if len(_NAMED_TERMS) > _PROOFS_MAX or len(_NAMED_PAIRS) > _PROOFS_MAX:
-        _NAMED_TERMS.clear()
-        _NAMED_PAIRS.clear()
+    named_terms, named_pairs = _table("_NAMED_TERMS", ctx), _table("_NAMED_PAIRS", ctx)
+    if len(named_terms) > _PROOFS_MAX or len(named_pairs) > _PROOFS_MAX:
+        named_terms.clear()
+        named_pairs.clear()
     none: frozenset = frozenset()
     # per node: (its image, None if unchanged; the pairs below it)
     memo: dict[int, tuple[z3.ExprRef | None, frozenset]] = {}
-    new_terms = [t for t in terms if t.get_id() not in _NAMED_TERMS]
+    new_terms = [t for t in terms if t.get_id() not in named_terms]
     todo = [(t.as_ast(), False) for t in new_terms]
     while todo:
         a, expanded = todo.pop()
@@ -1384,26 +1457,26 @@ def _divisions_named(terms: Sequence[z3.ExprRef]) -> tuple[list[z3.ExprRef], lis
         if named:
             t, d = kids
             key = (t.get_id(), d.get_id())
-            if key not in _NAMED_PAIRS:
-                j = len(_NAMED_PAIRS)
+            if key not in named_pairs:
+                j = len(named_pairs)
                 q, r = z3.Int(f"argus!q{j}", ctx), z3.Int(f"argus!r{j}", ctx)
-                _NAMED_PAIRS[key] = (q, r, [
+                named_pairs[key] = (q, r, [
                     z3.Implies(d != 0, t == q * d + r), z3.Implies(d != 0, r >= 0),
                     z3.Implies(d > 0, r < d), z3.Implies(d < 0, r < -d)]
                     + _quotient_signs(t, d, q, r))
-            memo[i] = (_NAMED_PAIRS[key][0 if kind == z3.Z3_OP_IDIV else 1], keys | {key})
+            memo[i] = (named_pairs[key][0 if kind == z3.Z3_OP_IDIV else 1], keys | {key})
         else:
             memo[i] = (z3.z3._to_expr_ref(
                 z3.Z3_update_term(ref, a, n, (z3.Ast * n)(*[k.as_ast() for k in kids])), ctx),
                 keys)
     for t in new_terms:
-        _NAMED_TERMS[t.get_id()] = (t,) + memo[t.get_id()]
+        named_terms[t.get_id()] = (t,) + memo[t.get_id()]
     images, used = [], {}
     for t in terms:
-        _, image, keys = _NAMED_TERMS[t.get_id()]
+        _, image, keys = named_terms[t.get_id()]
         images.append(t if image is None else image)
         used.update(dict.fromkeys(sorted(keys)))
-    return images, [f for key in used for f in _NAMED_PAIRS[key][2]]
+    return images, [f for key in used for f in named_pairs[key][2]]
 
 
 def _quotient_signs(t, d, q, r) -> list[z3.BoolRef]:
@@ -1856,6 +1929,7 @@ def value(model: z3.ModelRef, term) -> int:
     return v.as_long()
 
 
+_THIS = sys.modules[__name__]
 for _name, _fresh in (("_PROOFS", OrderedDict), ("_CONSTS", OrderedDict), ("_CANON", dict),
                       ("_RECENT_MODELS", list), ("_KNOWN_SETS", list), ("_NUMERALS", dict),
                       ("_POINT_VALUES", dict), ("_OPAQUE_TERMS", OrderedDict),

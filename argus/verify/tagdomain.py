@@ -83,7 +83,7 @@ def mentions(term, var) -> bool:
         # one native pass instead of a Python walk over the term: replacing a constant that
         # occurs by another one changes the (hash-consed) term, replacing one that does not
         # returns the very same term; the probe is never a variable of the model
-        ctx, frm, to = arrays
+        ctx, frm, to, _ = arrays   # (the arrays' last item keeps the probe alive)
         got = z3.Z3_substitute(ctx, term.as_ast(), 1, frm, to)  # checks sorts, raises
         return not z3.Z3_is_eq_ast(ctx, got, term.as_ast())
     target = var.get_id()
@@ -91,24 +91,35 @@ def mentions(term, var) -> bool:
 
 
 _PROBES: dict[tuple, z3.ExprRef] = {}
-# var's AST id -> (var, (context, from, to) or None): the substitution arrays `mentions` needs
-# for an uninterpreted constant, built once per variable (the entry keeps the variable alive, so
-# its id is never another term's); bounded, cleared when full
+# var's AST id -> (var, (context, from, to, probe) or None): the substitution arrays
+# `mentions` needs for an uninterpreted constant, built once per variable (the entry keeps the
+# variable alive, so its id is never another term's); bounded, cleared when full. Per z3
+# context, as every table keyed by AST ids (`_table`)
 _PROBE_ARRAYS: dict[int, tuple] = {}
 
 
+def _table(name: str, ctx):
+    """`solver.context_table` of this module's table `name` (its fast path inline): the
+    table of `ctx`'s terms, since AST ids are unique within one context only."""
+    if ctx is z3.z3._main_ctx:
+        return globals()[name]
+    return solver.context_table(sys.modules[__name__], name, ctx)
+
+
 def _probe_arrays(var):
-    entry = _PROBE_ARRAYS.get(var.get_id())
+    table = _table("_PROBE_ARRAYS", var.ctx)
+    entry = table.get(var.get_id())
     if entry is not None:
         return entry[1]
     arrays = None
     if z3.is_const(var) and var.decl().kind() == z3.Z3_OP_UNINTERPRETED:
         probe = _probe(var)
         if not probe.eq(var):
-            arrays = (var.ctx.ref(), (z3.Ast * 1)(var.as_ast()), (z3.Ast * 1)(probe.as_ast()))
-    if len(_PROBE_ARRAYS) > 50_000:
-        _PROBE_ARRAYS.clear()
-    _PROBE_ARRAYS[var.get_id()] = (var, arrays)
+            arrays = (var.ctx.ref(), (z3.Ast * 1)(var.as_ast()), (z3.Ast * 1)(probe.as_ast()),
+                      probe)
+    if len(table) > 50_000:
+        table.clear()
+    table[var.get_id()] = (var, arrays)
     return arrays
 
 
@@ -116,9 +127,10 @@ def _probe(var) -> z3.ExprRef:
     """A constant of `var`'s sort that no model variable is (one per sort and context)."""
     sort = var.sort()
     key = (id(var.ctx), sort.get_id())
-    p = _PROBES.get(key)
+    table = _table("_PROBES", var.ctx)
+    p = table.get(key)
     if p is None:
-        p = _PROBES[key] = z3.Const("argus.verify.tagdomain.mentions!probe", sort)
+        p = table[key] = z3.Const("argus.verify.tagdomain.mentions!probe", sort)
     return p
 
 
@@ -196,26 +208,28 @@ def _pack(ctx, terms: list) -> z3.BoolRef:
     ref = ctx.ref()
     args = (z3.Ast * len(terms))(*[t.as_ast() for t in terms])
     sorts = tuple(_get_sort(ref, args[k]) for k in range(len(terms)))
-    return z3.BoolRef(z3.Z3_mk_app(ref, _carrier(ctx, sorts), len(terms), args), ctx)
+    decl = _carrier(ctx, sorts)   # (held while its ast is used)
+    return z3.BoolRef(z3.Z3_mk_app(ref, decl.ast, len(terms), args), ctx)
 
 
 _CARRIERS: dict = {}
 
 
 def _carrier(ctx, sorts: tuple):
-    """The function declaration `Substitution.many` packs terms of these sorts with (raw
-    decl, kept alive with its sorts), one per context and sort signature."""
+    """The function declaration `Substitution.many` packs terms of these sorts with (kept
+    alive with its sorts), one per context and sort signature."""
     ref = ctx.ref()
     # the sorts' addresses: unique while they live, and the entry keeps them alive
     key = (id(ctx),) + tuple(s.value for s in sorts)
-    hit = _CARRIERS.get(key)
+    table = _table("_CARRIERS", ctx)
+    hit = table.get(key)
     if hit is None:
         doms = (z3.Sort * len(sorts))(*sorts)
         decl = z3.FuncDeclRef(z3.Z3_mk_func_decl(
-            ref, z3.Z3_mk_string_symbol(ref, f"argus.verify.tagdomain!carrier{len(_CARRIERS)}"),
+            ref, z3.Z3_mk_string_symbol(ref, f"argus.verify.tagdomain!carrier{len(table)}"),
             len(sorts), doms, z3.BoolSort(ctx).ast), ctx)
-        hit = _CARRIERS[key] = (decl, [z3.SortRef(s, ctx) for s in sorts])
-    return hit[0].ast
+        hit = table[key] = (decl, [z3.SortRef(s, ctx) for s in sorts])
+    return hit[0]
 
 
 def _raw(wrapper):
@@ -436,10 +450,13 @@ def _fresh_ids(x) -> set[int]:
 _PLACEHOLDERS: list = []
 
 
-def _placeholder(i: int):
-    while len(_PLACEHOLDERS) <= i:
-        _PLACEHOLDERS.append(z3.Int(f"argus.verify.tagdomain!index{len(_PLACEHOLDERS)}"))
-    return _PLACEHOLDERS[i]
+def _placeholder(i: int, ctx):
+    """Placeholder i of the z3 context `ctx` (that of the index term it replaces a variable
+    of: a placeholder of another context would not substitute into it)."""
+    table = _table("_PLACEHOLDERS", ctx)
+    while len(table) <= i:
+        table.append(z3.Int(f"argus.verify.tagdomain!index{len(table)}", ctx))
+    return table[i]
 
 
 def _generalizable(ref, a) -> bool:
@@ -485,7 +502,7 @@ def _index_key(idx) -> tuple:
             if i not in pos:
                 pos[i] = len(gen)
                 gen.append(_to_expr_ref(c, x.ctx))
-        sub = Substitution([(gen[pos[i]], _placeholder(pos[i])) for i, _ in found])
+        sub = Substitution([(gen[pos[i]], _placeholder(pos[i], x.ctx)) for i, _ in found])
         t = sub(x)
         keep.append(t)
         key.append((3, _ast_id(ref, t.as_ast())))

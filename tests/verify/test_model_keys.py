@@ -12,7 +12,7 @@ import z3
 from argus.compiler import lower_only
 from argus.kernels.gemm import GemmSchedule
 from argus.ops.schedules import Problem, kernel_for
-from argus.verify import checker
+from argus.verify import checker, solver
 from argus.verify import model as M
 
 
@@ -43,7 +43,17 @@ def _text(key, terms: dict):
 
 
 def _keys(kernel) -> tuple[M.Model, dict]:
-    """The model of a checked kernel and its memos' keys, terms as text."""
+    """The model of a checked kernel and its memos' keys, terms as text. Built and collected
+    in a z3 context of its own (`solver.own_context`, as `checker.run` does): in the shared
+    one the collection's queries met the proof cache, vacuity models and term ids left by
+    every test before it in the process, so their z3 searches depended on the test order (a
+    full tests/verify run was seen stalled here for over 20 minutes in z3's nlsat; the file
+    alone passes in about a minute)."""
+    with solver.own_context():
+        return _keys_here(kernel)
+
+
+def _keys_here(kernel) -> tuple[M.Model, dict]:
     m = M.Model(kernel)
     checker.collect(m)
     # every z3 id in a key names a term its entry keeps alive: a view's stage, a decision's
@@ -86,8 +96,10 @@ def test_a_scope_walked_twice_is_two_keys(monkeypatch):
         made.append(scope)
         return scope
     monkeypatch.setattr(M.Model, "_scope", spy)
-    m = M.Model(_fa3())
-    checker.collect(m)
+    kernel = _fa3()
+    with solver.own_context():   # (as `_keys`)
+        m = M.Model(kernel)
+        checker.collect(m)
     assert [s.seq for s in made] == list(range(len(made)))
     by_ops: dict = {}
     for key, (view, reader, *_) in m._tma_reads.items():
