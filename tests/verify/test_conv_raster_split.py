@@ -107,7 +107,7 @@ def test_generalize_walk_matches_the_wrapper_walk_and_keeps_unchanged_terms():
     assert got[-1][1] is plain[1]
     # the images match the wrapper walk's, with the fresh variables generalize made
     fresh = {t.get_id(): v for t, v in
-             once_split._memo(("generalize",), ())["fresh"].values()}
+             once_split._memo(("generalize",), (), u.ctx)["fresh"].values()}
     lb = once_split.LowerBounds(prem)
     for (name, c), (name2, g) in zip(claims, got):
         assert name == name2
