@@ -356,7 +356,10 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     block_n / 2 fp32; what lets "bn192" / "bn224" / "bn256" fit at head dim 128, e.g.
     "pvt+packp+bn192"; at head dim 128 the default since 2026-12-07: 224 keys full, 192
     causal), "narrow" (the 128-key tile with P in fp32, fp8_schedule(wide_keys=False): the
-    default before; "plain" implies it, packed P being the overlap order's carry)."""
+    default before; "plain" implies it, packed P being the overlap order's carry), "ekr"
+    (early_k_release, h328: FA3's early K release, K_j released after S_j retires -- wait_group
+    of the V^T atoms' P V groups -- before the softmax of S_j; with the default's late rescale,
+    e.g. "pvt+ekr"; not with "ppfa3")."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -392,13 +395,16 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["rescale_after_pv"] = False
         elif part == "packp":   # P carried as packed e4m3 across the overlap loop's back edge
             fields["packed_p"] = True
+        elif part == "ekr":     # K_j released after S_j retires, before its softmax (h328)
+            fields["early_k_release"] = True
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
     return dataclasses.replace(fp8_schedule(head_dim, causal, wide_keys=wide), **fields)
 
 
-def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:
-    """The FP8 columns of one case (see --fp8) into `row`."""
+def fp8_case(row, q, k, v, causal, flops, variants, measure, kernel_only=False) -> None:
+    """The FP8 columns of one case (see --fp8) into `row`; kernel_only (--fp8-kernel-only):
+    the kernel's prepared launch alone (fp8k_*), not the op's two calls."""
     import importlib
 
     import torch
@@ -422,7 +428,7 @@ def fp8_case(row, q, k, v, causal, flops, variants, measure) -> None:
     scales = {"q_scale": qs, "k_scale": ks, "v_scale": vs}
     for variant in variants:
         schedule = fp8_variant_schedule(variant, d, causal, q.shape[2])
-        for name, fn in ((f"fp8_{variant}", lambda: argus.ops.attention_fp8(
+        for name, fn in () if kernel_only else ((f"fp8_{variant}", lambda: argus.ops.attention_fp8(
                             q8, k8, v8, causal=causal, schedule=schedule, **scales)),
                          (f"fp8vt_{variant}", lambda: argus.ops.attention_fp8(
                             q8, k8, vt8, causal=causal, v_transposed=True, schedule=schedule,
@@ -892,8 +898,11 @@ def main() -> int:
     parser.add_argument("--fp8", default="",
                         help="also run the FP8 forward (argus.ops.attention_fp8) per case at "
                              "these fp8 variants, comma-separated (default, fold, plain, tma, "
-                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate, oearly, packp, "
+                             "bnN, stN, emuN, pvt, shfl, ppfa3, nopp, olate, oearly, packp, ekr, "
                              "narrow or '+' joins; fp8_variant_schedule), beside cuDNN bf16")
+    parser.add_argument("--fp8-kernel-only", action="store_true",
+                        help="with --fp8: time the FP8 kernel's prepared launch alone (the "
+                             "fp8k_* columns), not the op (fp8_*, fp8vt_*)")
     parser.add_argument("--hide-host", action="store_true",
                         help="queue each timed prefill call behind a ~0.5 ms GPU sleep "
                              "(measure's setup): device time only, the calls' host work "
@@ -958,7 +967,8 @@ def main() -> int:
                 row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         row["rel_error"] = row.get("ours_rel_error", float("nan"))
         if fp8_variants:
-            fp8_case(row, q, k, v, causal, flops, fp8_variants, measure)
+            fp8_case(row, q, k, v, causal, flops, fp8_variants, measure,
+                     args.fp8_kernel_only)
         if args.kernel_only:
             # each variant's launch prepared once and replayed: no host work per call. The op's
             # call can read up to 20% above its kernel at S 2048 (its host time outlasts the
@@ -997,7 +1007,7 @@ def main() -> int:
     mine += [("kernel" if v == "default" else f"kernel_{v}") for v in variants] \
         if args.kernel_only else []
     if fp8_variants:
-        print_fp8_table(rows, fp8_variants, names)
+        print_fp8_table(rows, fp8_variants, names, args.fp8_kernel_only)
     print("\n| hd | S | B x H (kv) | causal | rel err | " + " | ".join(mine) + " | "
           + " | ".join(f"{n}" for n in names) + " | "
           + " | ".join(f"ours x {n}" for n in names) + " |")
@@ -1016,10 +1026,12 @@ def main() -> int:
     return 0
 
 
-def print_fp8_table(rows, variants, names) -> None:
+def print_fp8_table(rows, variants, names, kernel_only=False) -> None:
     """TFLOP/s of the FP8 columns, their error against float64 on the dequantized inputs, and
-    each against the bf16 backends timed in the same case (cuDNN first)."""
-    cols = [f"{kind}_{v}" for v in variants for kind in ("fp8", "fp8vt", "fp8k")]
+    each against the bf16 backends timed in the same case (cuDNN first); kernel_only: the
+    fp8k_* columns alone (the error is then the kernel's)."""
+    kinds = ("fp8k",) if kernel_only else ("fp8", "fp8vt", "fp8k")
+    cols = [f"{kind}_{v}" for v in variants for kind in kinds]
     print("\n| hd | S | causal | " + " | ".join(cols) + " | fp8 rel err | "
           + " | ".join(f"{c} x {n}" for c in cols for n in names[:1]) + " |")
     print("|---|---|---|" + "---|" * (len(cols) + 1 + len(cols) * len(names[:1])))
@@ -1029,7 +1041,7 @@ def print_fp8_table(rows, variants, names) -> None:
         ratio = [f"{r[f'{c}_tflops'] / r[f'{n}_tflops']:.2f}"
                  if r.get(f"{c}_ms") and r.get(f"{n}_ms") else "n/a"
                  for c in cols for n in names[:1]]
-        err = r.get(f"fp8_{variants[0]}_rel_error", float("nan"))
+        err = r.get(f"{kinds[0]}_{variants[0]}_rel_error", float("nan"))
         print(f"| {r['head_dim']} | {r['S']} | {'yes' if r['causal'] else 'no'} | "
               + " | ".join(cells) + f" | {err:.1e} | " + " | ".join(ratio) + " |")
 

@@ -13,6 +13,7 @@ barriers and mbarrier waits, integer and uniform (address) work, predicates, mov
 
 Usage: NVDISASM=/path/to/nvdisasm python3 scripts/sass_attention_loop.py \
            [--dims 128] [--lengths 16384] [--mask full,causal] [--variants default,default+sumend]
+           [--fp8] (the FP8 forward: fp8 variants, e.g. --variants pvt,pvt+ekr)
 """
 
 from __future__ import annotations
@@ -90,21 +91,31 @@ def classes(lines: list[str]) -> Counter[str]:
     return out
 
 
-def loop_report(variant: str, head_dim: int, causal: bool, seq_len: int) -> Counter[str]:
+def loop_report(variant: str, head_dim: int, causal: bool, seq_len: int,
+                fp8: bool = False) -> Counter[str]:
     """Per-class counts of one unmasked KV block of `variant`'s kernel, with "spill" (bytes
-    stored + loaded a thread) and "registers"."""
+    stored + loaded a thread), "registers" and "local" (LDL / STL anywhere in the kernel).
+    fp8: the FP8 (e4m3) forward at gpu_attention_bench's fp8 variant (its QGMMA counted as
+    HGMMA; seq_len is not read: fp8_schedule has one rule per mask)."""
     import argus as ag
     from argus.compiler import compile_kernel
     from argus.kernels.attention import attention_kernel
     from tests.loading import load_script
 
-    s = load_script("gpu_attention_bench").variant_schedule(variant, head_dim, causal, seq_len)
-    built = compile_kernel(attention_kernel(head_dim, ag.bf16, causal, False), verify=False,
-                           s=s)
-    loop = k_loop(sass_text(built.binary.cubin), "HGMMA", also=("MUFU.EX2",))
+    bench = load_script("gpu_attention_bench")
+    if fp8:
+        s = bench.fp8_variant_schedule(variant, head_dim, causal, seq_len)
+        kernel = attention_kernel(head_dim, ag.e4m3, causal, False, s.permuted_vt)
+    else:
+        s = bench.variant_schedule(variant, head_dim, causal, seq_len)
+        kernel = attention_kernel(head_dim, ag.bf16, causal, False)
+    built = compile_kernel(kernel, verify=False, s=s)
+    text = sass_text(built.binary.cubin)
+    loop = k_loop(text, "QGMMA" if fp8 else "HGMMA", also=("MUFU.EX2",))
     out = classes(masked_path(loop))
     out["spill"] = built.resources.spill_stores + built.resources.spill_loads
     out["registers"] = built.resources.registers
+    out["local"] = len(re.findall(r"\b(?:LDL|STL)\b", text))
     return out
 
 
@@ -114,20 +125,24 @@ def main() -> int:
     parser.add_argument("--lengths", default="16384")
     parser.add_argument("--mask", default="full,causal")
     parser.add_argument("--variants", default="default,default+sumend")
+    parser.add_argument("--fp8", action="store_true",
+                        help="the FP8 forward at gpu_attention_bench's fp8 variants (e.g. "
+                             "--variants pvt,pvt+ekr)")
     args = parser.parse_args()
     if not have_disassembler():
         print(NO_DISASSEMBLER, file=sys.stderr)
         return 2
     os.environ["ARGUS_VERIFY"] = "0"
-    names = [name for name, _ in CLASSES] + ["other", "total", "registers", "spill"]
+    names = [name for name, _ in CLASSES] + ["other", "total", "registers", "spill",
+                                             "local"]
     print("| case | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
     for d in (int(x) for x in args.dims.split(",")):
         for n in (int(x) for x in args.lengths.split(",")):
             for mask in args.mask.split(","):
                 for v in args.variants.split(","):
-                    got = loop_report(v, d, mask == "causal", n)
-                    print(f"| {v} d{d} {mask} {n} | "
+                    got = loop_report(v, d, mask == "causal", n, args.fp8)
+                    print(f"| {'fp8 ' if args.fp8 else ''}{v} d{d} {mask} {n} | "
                           + " | ".join(str(got.get(c, 0)) for c in names) + " |", flush=True)
     return 0
 

@@ -308,7 +308,10 @@ class AttentionSchedule:
     # wait_group 0 and releases V_{j-1}. P_{j-1}'s A fragment is converted (or carried,
     # packed_p) before K_j's step, so its registers outlive the step and lower/sync.py keeps
     # the group in flight past it (_outlives). The producer may load K_{j+2} a softmax
-    # earlier. bf16 / f16 without ping-pong. Not the default until measured on a GPU
+    # earlier. Without ping-pong; bf16 / f16 and FP8 (h328: P V is one group per V^T atom,
+    # all kept in flight, K's end waits wait_group(atoms)); with rescale_after_pv (the FP8
+    # default) P V accumulates in place into the loop's own O, which check_wgmma's k-once
+    # follows into the peeled last P V (_siblings). Not the default until measured on a GPU
     early_k_release: bool = False
 
     @property
@@ -404,7 +407,7 @@ class AttentionSchedule:
                             "fa3_overlap=True (the plain loop's fold verifies, but is "
                             "neither measured nor tested in the interpreter)")
         problems += early_k_release_problems(self.early_k_release, self.fa3_overlap,
-                                             self.ordered, self.rescale_after_pv)
+                                             self.ordered)
         if self.intra_wg_overlap and self.fa3_overlap:
             problems.append("intra_wg_overlap and fa3_overlap are two orders of one loop: "
                             "choose one")
@@ -538,10 +541,6 @@ class AttentionSchedule:
                             "which the FP8 kernel does not gather into the 8-bit A fragment: "
                             "add fa3_overlap=True (the turns around S and P V, Q in shared "
                             "memory) or use the plain loop")
-        if self.early_k_release:
-            problems.append("early_k_release=True is built for the bf16 / f16 loop (one P V "
-                            "group from P's 16-bit fragment); the FP8 kernel's P V takes one "
-                            "group per V^T atom: leave it False")
         return problems
 
 
@@ -585,23 +584,17 @@ def rescale_after_pv_problems(rescale_after_pv: bool, fa3_overlap: bool) -> list
     return []
 
 
-def early_k_release_problems(early_k_release: bool, fa3_overlap: bool, ordered: bool,
-                             rescale_after_pv: bool = False) -> list[str]:
+def early_k_release_problems(early_k_release: bool, fa3_overlap: bool,
+                             ordered: bool) -> list[str]:
     """AttentionSchedule.early_k_release's rule (a function of the fields it reads, as
-    packed_p_problems, for the agent's declared space); FP8 is refused by problems_for."""
+    packed_p_problems, for the agent's declared space), at any dtype and with either rescale
+    (rescale_after_pv: proven since h328, check_wgmma._siblings)."""
     if early_k_release and not fa3_overlap:
         return ["early_k_release=True reorders FA3's overlap loop (K_j released after S_j "
                 "retires, P_{j-1} V_{j-1} still in flight): it needs fa3_overlap=True"]
     if early_k_release and ordered:
         return ["early_k_release=True is built without ping-pong (the turn around both "
                 "issues sits inside the V step): use ordered=False"]
-    if early_k_release and rescale_after_pv:
-        # O accumulates in place into the loop's own O there (nothing may be rebound inside
-        # K_j's step); check_wgmma's k-once does not follow that chain across the back edge
-        # and reports the last P V's keys as never multiplied (h324)
-        return ["early_k_release=True with rescale_after_pv=True is not proven yet (the "
-                "verifier's wgmma.k-once does not follow O accumulated in place across the "
-                "loop's back edge): use rescale_after_pv=False"]
     return []
 
 
@@ -1273,20 +1266,33 @@ def attention_kernel(head_dim: int = 128, dtype: DType = ag.bf16, causal: bool =
                                     # FA3's order with K_j released early: P_{j-1}'s A
                                     # fragment made before K_j's step (its registers outlive
                                     # it), both issues in K_j's step, whose end waits for
-                                    # S_j alone (wait 1) and releases K_j; the softmax of S_j
-                                    # runs beside P_{j-1} V_{j-1}, which V_{j-1}'s end retires
+                                    # S_j alone (wait 1; FP8: wait_group(atoms), the P V
+                                    # atoms' groups committed after S) and releases K_j; the
+                                    # softmax of S_j runs beside P_{j-1} V_{j-1}, which
+                                    # V_{j-1}'s end retires
                                     # Nothing is rebound inside K_j's step (a value rebound
                                     # there would be assigned out at its end, reading the
                                     # in-flight accumulator): S_j and O accumulate in place
                                     # into tiles made before it
                                     pa = p.to(dt)
+                                    if fp8:
+                                        # P V's A per V^T atom: P's columns sliced before
+                                        # the step too (a view of the words when packed)
+                                        pas = [pa[:, vcols * a:vcols * (a + 1)]
+                                               if vatoms > 1 else pa for a in range(vatoms)]
                                     o_s = o if late else o * alpha
                                     sc = ag.zeros((ROWS, BN))
                                     p_j = ag.zeros((ROWS, BN))   # the step's fp32 P_j
                                     with v_pipe.consume() as vs:     # V_{j-1}, wait 0
                                         with k_pipe.consume() as ks:         # K_j
                                             scores(qs, ks, sc)               # S_j
-                                            ag.wgmma(pa, sV[vs], o_s, trans_b=True)
+                                            if fp8:   # one group per V^T atom, in place
+                                                for a in range(vatoms):
+                                                    ag.wgmma(pas[a],
+                                                             sV[vs].rows_of(a * D, D), o_s,
+                                                             a_acc_order=permuted_vt)
+                                            else:
+                                                ag.wgmma(pa, sV[vs], o_s, trans_b=True)
                                         p_j, alpha, m_i, l_i = softmax(sc, j, m_i, l_i)
                                     # as below: O rescaled after P_{j-1} V_{j-1} retired
                                     o = o_s * alpha if late else o_s

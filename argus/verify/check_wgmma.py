@@ -322,7 +322,7 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
     # the `ag.when` blocks around a site, by their condition's IR name: blocks on one
     # condition run together, which is what the count of instances below needs
     whens = {sc.op.cond.id for sc in site.site.scopes if sc.kind == "if"}
-    out = []
+    out, own = [], []
     for other in model.wgmmas:
         if other.site.role is not site.site.role or _k_key(model, other, name) != key:
             continue
@@ -332,18 +332,21 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
         if other.op.acc.id == site.op.acc.id and other.acc_def_seq == site.acc_def_seq \
                 and same_loops:
             out.append(other)
-        elif other.op.acc.id != site.op.acc.id and \
+            own.append(other)
+        elif (other.op.acc.id != site.op.acc.id or not same_loops) and \
                 _acc_chain(defs, other.op.acc.id)[-1] == root and \
                 {sc.op.cond.id for sc in other.site.scopes if sc.kind == "if"} == whens:
+            # one chain from the same initial value: another accumulator of it, or the same
+            # variable accumulated in place over other loops (early_k_release's P V: inside
+            # the KV loop into the loop's own O, then the peeled last one after it, h328)
             out.append(other)
     if not any(o is site for o in out):
         return [site]
-    if any(o.op.acc.id != site.op.acc.id for o in out) and \
-            not _one_continuation(model.kernel, defs, out):
+    if len(own) < len(out) and not _one_continuation(model.kernel, defs, out):
         # sites of one chain count as one reduction only when the chain is the accumulator's
         # one value: a value read mid-chain (stored before the last product) would miss the
         # later sites' k, so each site's k-once stands alone
-        return [o for o in out if o.op.acc.id == site.op.acc.id]
+        return own
     return out
 
 

@@ -3,8 +3,8 @@ P_{j-1} V_{j-1} issued in K_j's step inside V_{j-1}'s, K_j released before the s
 In the numpy interpreter against float64, O and the LSE: head dims 64 / 128 / 256, full and
 causal, ragged query and key lengths (tails masked), several KV blocks a tile, one block a
 tile, tiles that see no key, the persistent walk with early Q release, P carried packed, GQA,
-and f16. A P V issued with the wrong P (this block's instead of the previous one's) or the
-wrong V stage fails every multi-block case here."""
+f16, and O rescaled after P V retires (olate). A P V issued with the wrong P (this block's
+instead of the previous one's) or the wrong V stage fails every multi-block case here."""
 
 import dataclasses
 
@@ -25,7 +25,10 @@ CASES = [("default+ekr", 128, False, 16384, (1, 2, 1, 150, 400)),
          ("default+ekr", 256, False, 16384, (1, 1, 1, 130, 200)),
          ("default+ekr", 256, True, 2048, (1, 1, 1, 200, 260)),        # snake + own_blocks
          ("fa3+ekr", 64, False, 16384, (1, 2, 1, 100, 333)),
-         ("fa3+ekr", 64, True, 16384, (1, 1, 1, 260, 190))]
+         ("fa3+ekr", 64, True, 16384, (1, 1, 1, 260, 190)),
+         # O rescaled after P V retires (rescale_after_pv, h328): P V in place into loop's O
+         ("default+ekr+olate", 128, False, 16384, (1, 2, 1, 150, 400)),
+         ("default+ekr+olate+packp", 128, True, 2048, (2, 2, 1, 260, 300))]
 
 
 @pytest.mark.parametrize("variant,head_dim,causal,seq_len,shape", CASES,

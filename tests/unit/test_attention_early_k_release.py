@@ -1,6 +1,7 @@
 """FA3's early K release (AttentionSchedule.early_k_release, bench token "ekr", h324): no
-default takes it; it is refused off FA3's overlap order, with ping-pong, with the late rescale
-(not proven yet) and in the FP8 kernel; lowering keeps P_{j-1} V_{j-1}'s register-A group in
+default takes it; it is refused off FA3's overlap order and with ping-pong (since h328 not
+with the late rescale, nor in the FP8 kernel: tests/unit/test_attention_fp8_early_k_release.py);
+lowering keeps P_{j-1} V_{j-1}'s register-A group in
 flight past K_j's step (WgmmaFence.a_scope = 1, printed and parsed back); the CUDA waits
 wait_group 1 before K's release and runs the softmax before wait_group 0 and V's release, its
 packed A registers declared in V's step; it builds without spills, ptxas keeps that order in
@@ -36,12 +37,11 @@ def test_the_field_and_its_refusals():
         AttentionSchedule(early_k_release=True)
     with pytest.raises(ValueError, match="built without ping-pong"):
         AttentionSchedule(fa3_overlap=True, ordered=True, consumers=2, early_k_release=True)
-    with pytest.raises(ValueError, match="rescale_after_pv=True is not proven yet"):
-        AttentionSchedule(fa3_overlap=True, rescale_after_pv=True, early_k_release=True)
-    s = dataclasses.replace(fp8_schedule(128), rescale_after_pv=False, early_k_release=True)
-    assert any("FP8 kernel's P V takes one group per V^T atom" in p
-               for p in s.problems_for(128, ag.e4m3))
-    assert not any("FP8 kernel" in p for p in s.problems_for(128, ag.bf16))
+    # with the late rescale (h328: k-once follows O accumulated in place) and in the FP8
+    # kernel (one P V group per V^T atom, tests/unit/test_attention_fp8_early_k_release.py)
+    AttentionSchedule(fa3_overlap=True, rescale_after_pv=True, early_k_release=True)
+    s = dataclasses.replace(fp8_schedule(128), early_k_release=True)
+    assert s.problems_for(128, ag.e4m3) == []
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -114,7 +114,8 @@ CLEAN = [("default+ekr", 128, False, 2048), ("default+ekr", 128, False, 4096),
          ("default+ekr", 128, False, 16384), ("default+ekr", 128, True, 16384),
          ("default+ekr", 128, True, 2048), ("default+ekr", 256, False, 16384),
          ("default+ekr", 256, True, 2048), ("default+ekr+packp", 128, False, 16384),
-         ("default+ekr+packp+bn176+direct", 128, False, 16384)]
+         ("default+ekr+packp+bn176+direct", 128, False, 16384),
+         ("default+ekr+olate", 128, False, 16384), ("default+ekr+olate", 128, True, 2048)]
 
 
 @needs_nvrtc

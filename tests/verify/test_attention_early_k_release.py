@@ -5,9 +5,10 @@ end waits wait_group 0 before V's release (lower/sync.py keeps the rs group in f
 step that issued it: _outlives; its packed A registers are declared in V's step,
 WgmmaFence.a_scope). Verifies with zero findings on the loops it applies to: the grid and the
 persistent walk (early Q release) at head dims 64 / 128 / 256, full and causal, P packed,
-with the LSE (O rescaled after P V, rescale_after_pv, is refused: wgmma.k-once does not follow
-O accumulated in place across the back edge); sync.acc proves the group retired before
-the end of V's step, the region that declares its packed A registers."""
+with the LSE, and O rescaled after P V (rescale_after_pv: O accumulated in place into the
+loop's own O, which wgmma.k-once follows into the peeled last P V since h328); sync.acc
+proves the group retired before the end of V's step, the region that declares its packed A
+registers."""
 
 import pytest
 
@@ -28,7 +29,9 @@ CASES = [("default+ekr", 128, False, 16384, False),
          ("default+ekr+packp", 128, True, 4096, False),       # snake walk, P packed
          ("default+ekr", 256, True, 2048, False),             # snake + own_blocks
          ("fa3+ekr", 64, False, 16384, False),
-         ("default+ekr", 128, False, 16384, True)]
+         ("default+ekr", 128, False, 16384, True),
+         ("default+ekr+olate", 128, False, 16384, False),      # h328: O in place, k-once
+         ("default+ekr+olate+packp", 128, True, 2048, True)]
 
 
 def kernel(variant, head_dim, causal, seq_len, lse):
