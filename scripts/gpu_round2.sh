@@ -52,6 +52,10 @@
 #        kernel and a plain copy beside it, then the op end to end with each V^T; fp8op60: the
 #        FP8 op (pvt) against cuDNN at 2k / 4k / 16k)
 #        vt61tests ekrsum61 (session 61: the word V^T's GPU tests; sumend, ekr and both)
+#        fp8ekr61 (h328: FA3's early K release on the FP8 forward, fp8 token `ekr`: K_j
+#        released after wait_group(atoms), before the softmax of S_j, the V^T atoms' P V in
+#        flight; pvt against pvt+ekr at hd128 2k / 4k / 16k, full and causal; FP8 kernels alone:
+#        the fp8k_* columns, --fp8-kernel-only; run it twice, the spread is ~4%)
 #        smemdiag ppcompare convcases fp8smem (run fp8smem last: a trap poisons the process;
 #        smemdiag keeps its per-variant logs and compile caches in /tmp/smemdiag, off $OUT)
 #   quick: the README's quick tier over every test folder (tests/unit's GPU tests too)
@@ -516,6 +520,13 @@ for s in "${steps[@]}"; do
     ekrsum61) run_step ekrsum61 240 python3 -u scripts/gpu_attention_bench.py --dims 128 \
         --lengths 2048,4096,16384 --no-gqa --backends cudnn --kernel-only \
         --variants default,default+ekr,default+sumend,default+ekr+sumend --out "$OUT/ekrsum61" ;;
+    # 2026-12-07 (h328): the FP8 forward's early K release (fp8 token ekr, with the default's
+    # late rescale and wide key blocks: 224 full, 192 causal) against the default, the FP8
+    # kernels alone (fp8k_* columns; ARGUS_VERIFY=0 as fp8big58: both verify clean on the CPU,
+    # tests/verify/test_attention_fp8_early_k_release.py); the bf16 op and cuDNN beside
+    fp8ekr61) run_step fp8ekr61 300 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
+        --dims 128 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
+        --fp8 pvt,pvt+ekr --fp8-kernel-only --out "$OUT/fp8ekr61" ;;
     *) echo "unknown step $s" ;;
   esac
 done
