@@ -311,8 +311,10 @@ def _siblings(model: Model, site: WgmmaSite, name: str) -> list[WgmmaSite]:
     wgmma per slice), or sites whose accumulators are one chain from the same initial value
     (`_acc_chain`): a loop's last iteration peeled behind it (FA3-order attention's last
     P V), each such site outside an `ag.when` the others are not in (the count takes each
-    instance to run once). A site reading another tensor (acc = A@B^T + X@Y^T) is a
-    reduction of its own."""
+    instance to run once); the same variable over other loops is such a chain too (a loop
+    accumulating in place into its carried O, the peeled site after the loop into the same
+    variable: early_k_release with the late rescale). A site reading another tensor
+    (acc = A@B^T + X@Y^T) is a reduction of its own."""
     loops = [s.op for s in _reduction_loops(model, site)]
     key = _k_key(model, site, name)
     if key is None:
