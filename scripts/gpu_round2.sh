@@ -51,6 +51,7 @@
 #        default: the vt bench at hd128 with the word kernel's rows / groups sweep, the byte
 #        kernel and a plain copy beside it, then the op end to end with each V^T; fp8op60: the
 #        FP8 op (pvt) against cuDNN at 2k / 4k / 16k)
+#        ekrsum61s fp8ekr61s (their 16k-only short forms)
 #        vt61tests ekrsum61 (session 61: the word V^T's GPU tests; sumend, ekr and both)
 #        fp8ekr61 (h328: FA3's early K release on the FP8 forward, fp8 token `ekr`: K_j
 #        released after wait_group(atoms), before the softmax of S_j, the V^T atoms' P V in
@@ -527,6 +528,13 @@ for s in "${steps[@]}"; do
     fp8ekr61) run_step fp8ekr61 300 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
         --dims 128 --lengths 2048,4096,16384 --no-gqa --backends cudnn --variants default \
         --fp8 pvt,pvt+ekr --fp8-kernel-only --out "$OUT/fp8ekr61" ;;
+    # the short forms of ekrsum61 / fp8ekr61 for a call with little device time left: 16k only
+    ekrsum61s) run_step ekrsum61s 150 python3 -u scripts/gpu_attention_bench.py --dims 128 \
+        --lengths 16384 --no-gqa --backends cudnn --kernel-only \
+        --variants default,default+ekr,default+sumend,default+ekr+sumend --out "$OUT/ekrsum61s" ;;
+    fp8ekr61s) run_step fp8ekr61s 120 env ARGUS_VERIFY=0 python3 -u scripts/gpu_attention_bench.py \
+        --dims 128 --lengths 16384 --no-gqa --backends cudnn --variants default \
+        --fp8 pvt,pvt+ekr --fp8-kernel-only --out "$OUT/fp8ekr61s" ;;
     *) echo "unknown step $s" ;;
   esac
 done
