@@ -186,31 +186,12 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
     for acc in accs:
         leaves(acc)                        # before the loop: the initial value
     if region is not None:                 # after the loop: acc = acc + tail.sum() ...
-        chain = set(accs)
         after = region.ops[region.ops.index(loop) + 1:]
-        tails: list[int] = []
-        for op in after:
-            if isinstance(op, _THROUGH) and op.src.id in chain:
-                chain.add(op.result.id)
-            elif (src := _order_preserved(model, red.op.fn, op)) is not None \
-                    and src.id in chain:
-                chain.add(op.result.id)        # max(acc * c, tail.max() * c), c > 0
-            elif isinstance(op, O.Elementwise) and op.fn == combine and len(op.args) == 2 \
-                    and any(a.id in chain for a in op.args):
-                chain.add(op.result.id)
-                tails += [a.id for a in op.args if a.id not in chain]
-        # the blocks combined after the loop are in the row only if the combination is the
-        # accumulator's one continuation: each value of the chain is read at most once after
-        # the loop, so nothing reads the accumulator (or a partial combination) without them
-        # (`extra = acc + tail.sum()` beside a store of acc: the tail is not in acc's row)
-        reads: dict[int, int] = {}
-        for op in after:
-            for x in [op, *(y for inner in op.regions() for y in inner.walk())]:
-                for v in x.operands():
-                    reads[v.id] = reads.get(v.id, 0) + 1
-        if all(reads.get(v, 0) <= 1 for v in chain):
-            for a in tails:
-                leaves(a)
+        flat = [x for op in after for x in [op, *(y for inner in op.regions()
+                                                  for y in inner.walk())]]
+        for acc in sorted(accs):   # each accumulator's own continuation (`accs` holds every
+            for a in _tails_after(model, red, loop, acc, after, flat, combine):   # variable
+                leaves(a)                                        # the reduction flows into)
     if combine in ("add", "mul") and len(accs) == 1 and len(found) != len(set(found)):
         # one block's result added (multiplied) in twice, `x + x`: no peeled block is paired,
         # so the loop alone must cover the row (a sum that counts a block twice is refused)
@@ -222,6 +203,70 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
             sites += [x for f in folds(model) if f.root.id == vid
                       and (x := _fold_site(model, f)) is not None]
     return sites
+
+
+def _tails_after(model: Model, red: ReduceSite, loop: O.For, acc: int, after: list, flat: list,
+                 combine: str) -> list[int]:
+    """The values combined into accumulator `acc` after `loop` in straight-line code (`acc =
+    acc + tail.sum()`), where that combination is the accumulator's one continuation: nothing
+    reads the accumulator, or a partial combination, without the tail (`extra = acc +
+    tail.sum()` beside a store of acc: the tail is not in acc's row; no tail is returned).
+    `after`: the ops after the loop in its region; `flat`: the same with the ops nested in
+    them, in program order."""
+    chain = {acc}
+    # a sum the loop body rescales (`l = l * alpha + p.sum()`: the online softmax's row sum)
+    # continues the same way after it: `l * alpha` is still the loop's partial, so a tail
+    # added to it joins the row. Only the loop's own rescale: the same multiply (source
+    # line) by a factor made at the same line, as one softmax function traced in the loop
+    # and after it gives; any other product (`l * 2 + tail`, which weighs the loop's
+    # elements twice) is no continuation of the loop's sum
+    defs = model.value_defs()
+    body = list(loop.body.walk())
+    copies = {acc}               # the accumulator and its copies into a step's variables
+    for x in body:
+        if isinstance(x, O.Var) and x.init.id in copies:
+            copies.add(x.result.id)
+
+    def rescale(x, held) -> tuple | None:
+        """(the multiply's line, its factor's line) for `held * factor`, else None."""
+        if not (isinstance(x, O.Elementwise) and x.fn == "mul" and len(x.args) == 2) or \
+                sum(a.id in held for a in x.args) != 1:
+            return None
+        factor = next(a for a in x.args if a.id not in held)
+        d = defs.get(factor.id)
+        return str(x.loc), str(d.loc) if d is not None else None
+    rescales = {r for x in body if (r := rescale(x, copies)) is not None} \
+        if combine == "add" else set()
+    tails: list[int] = []
+    for op in after:
+        if isinstance(op, _THROUGH) and op.src.id in chain:
+            chain.add(op.result.id)
+        elif (src := _order_preserved(model, red.op.fn, op)) is not None and src.id in chain:
+            chain.add(op.result.id)        # max(acc * c, tail.max() * c), c > 0
+        elif isinstance(op, O.Elementwise) and op.fn == combine and len(op.args) == 2 \
+                and any(a.id in chain for a in op.args):
+            chain.add(op.result.id)
+            tails += [a.id for a in op.args if a.id not in chain]
+        elif rescales and rescale(op, chain) in rescales:
+            chain.add(op.result.id)        # l * alpha: the rescaled partial
+    if not tails:
+        return []
+    # a read of a partial (the accumulator before its tail joins) is one of the chain's own
+    # steps, or an op whose result depends on a tail too: the online softmax reads the old
+    # row max again in its rescale, exp2(m - m_new) with m_new = max(m, tail.max()). A read
+    # with no result (a store), or one whose result has no tail in it, uses the row without
+    # its tail block
+    with_tail = set(tails)
+    for x in flat:
+        if any(v.id in with_tail for v in x.operands()):
+            with_tail.update(r.id for r in x.results())
+    partial = chain - with_tail
+    for x in flat:
+        if any(v.id in partial for v in x.operands()):
+            results = {r.id for r in x.results()}
+            if not results or not results <= (chain | with_tail):
+                return []
+    return tails
 
 
 def _order_preserved(model: Model, fn: str, op) -> object | None:

@@ -101,3 +101,71 @@ def test_a_peeled_block_added_twice_is_refused():
         ag.store(OUT, (p, 0), acc)
     found = [d for d in verify.run(doubled.trace()).diagnostics if d.code == "reduce.coverage"]
     assert any(d.severity == "error" for d in found), [str(d) for d in found]
+
+
+def _online(form: str):
+    """The online softmax's row statistics with the last block after the loop (the attention
+    forward's intra-warpgroup overlap: `range(1, blocks)` runs the softmax of block j - 1,
+    the last block's after it): the running max is read again by the rescale exp2(m - m_new)
+    and the running sum rescaled, l * alpha + p.sum(), in the loop and after it. Forms:
+    "tail" the correct one; "tail_twice" the tail reduces block blocks - 2 again; "short" the
+    loop stops a block early (block blocks - 2 is never reduced); "stale_l" / "stale_m" the
+    statistic stored is the loop's, without the tail (which is computed beside it);
+    "scaled" the tail adds to l * 2, a product the loop does not take."""
+    @ag.kernel(threads=256)
+    def online(X: ag.Tensor["M", "N", ag.f32], L: ag.Tensor["M", 1, ag.f32],
+               MX: ag.Tensor["M", 1, ag.f32]):
+        (p,) = ag.grid(X.shape[0])
+        blocks = ag.cdiv(X.shape[1], BN)
+        neg_inf = float("-inf")
+
+        def step(b, m, l_):
+            x = ag.load(X, (p, b * BN), (1, BN), other=neg_inf)
+            m_new = ag.maximum(m, x.max(axis=1))
+            m_use = ag.where(m_new == neg_inf, 0.0, m_new)
+            alpha = ag.exp2(m - m_use)
+            return m_new, l_ * alpha + ag.exp2(x - m_use).sum(axis=1)
+        m, l_ = ag.full((1, 1), neg_inf), ag.full((1, 1), 0.0)
+        for b in ag.range(blocks - 2 if form == "short" else blocks - 1):
+            m, l_ = step(b, m, l_)
+        if form == "scaled":
+            x = ag.load(X, (p, (blocks - 1) * BN), (1, BN), other=neg_inf)
+            m_t = ag.maximum(m, x.max(axis=1))
+            m_u = ag.where(m_t == neg_inf, 0.0, m_t)
+            l_t = l_ * 2.0 + ag.exp2(x - m_u).sum(axis=1)
+        else:
+            m_t, l_t = step(blocks - 2 if form == "tail_twice" else blocks - 1, m, l_)
+        ag.store(L, (p, 0), l_ if form == "stale_l" else l_t)
+        ag.store(MX, (p, 0), m if form == "stale_m" else m_t)
+    return online
+
+
+def _online_coverage(form: str, lowered: bool) -> list:
+    kernel = _online(form)
+    report = verify.run(lower_only(kernel) if lowered else kernel.trace())
+    return [d for d in report.diagnostics if d.code == "reduce.coverage"]
+
+
+@pytest.mark.parametrize("lowered", [False, True], ids=["traced", "ring"])
+def test_the_online_softmax_tail_after_the_loop_is_in_the_row(lowered):
+    # before: the old max read again by the rescale (and the new one twice, m_new == -inf)
+    # and the sum's tail added to l * alpha, not to l, left the tail unpaired: "the loop
+    # reduces 1024 values of n but the tensor has 1025" for both (the attention forward's
+    # overlap at head dim 128: "128 values of sk but the tensor has 129")
+    found = _online_coverage("tail", lowered)
+    assert [d for d in found if d.severity != "note"] == [], [str(d) for d in found]
+
+
+@pytest.mark.parametrize("form,fns,words", [
+    ("tail_twice", {"max", "sum"}, "reduced twice"),
+    ("short", {"max", "sum"}, "never reduced"),
+    ("stale_l", {"sum"}, "never reduced"),
+    ("stale_m", {"max"}, "never reduced"),
+    ("scaled", {"sum"}, "never reduced"),
+])
+def test_a_wrong_online_softmax_tail_is_refused(form, fns, words):
+    found = _online_coverage(form, False)
+    errors = [d for d in found if d.severity == "error"]
+    got = {fn for fn in ("max", "sum") if any(f"{fn} over axis 1" in d.message and words in
+                                                  d.message for d in errors)}
+    assert got >= fns, [str(d) for d in found]
