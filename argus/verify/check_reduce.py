@@ -189,9 +189,11 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
         after = region.ops[region.ops.index(loop) + 1:]
         flat = [x for op in after for x in [op, *(y for inner in op.regions()
                                                   for y in inner.walk())]]
-        for acc in sorted(accs):   # each accumulator's own continuation (`accs` holds every
-            for a in _tails_after(model, red, loop, acc, after, flat, combine):   # variable
-                leaves(a)                                        # the reduction flows into)
+        # each accumulator's own continuation (`accs` holds every variable the reduction
+        # flows into: the softmax's row max reaches l and O too)
+        for acc in sorted(accs):
+            for a in _tails_after(model, red, loop, acc, after, flat, combine, accs - {acc}):
+                leaves(a)
     if combine in ("add", "mul") and len(accs) == 1 and len(found) != len(set(found)):
         # one block's result added (multiplied) in twice, `x + x`: no peeled block is paired,
         # so the loop alone must cover the row (a sum that counts a block twice is refused)
@@ -206,13 +208,13 @@ def _peeled(model: Model, red: ReduceSite, loop: O.For) -> list[ReduceSite]:
 
 
 def _tails_after(model: Model, red: ReduceSite, loop: O.For, acc: int, after: list, flat: list,
-                 combine: str) -> list[int]:
+                 combine: str, others: set[int] = frozenset()) -> list[int]:
     """The values combined into accumulator `acc` after `loop` in straight-line code (`acc =
     acc + tail.sum()`), where that combination is the accumulator's one continuation: nothing
     reads the accumulator, or a partial combination, without the tail (`extra = acc +
     tail.sum()` beside a store of acc: the tail is not in acc's row; no tail is returned).
     `after`: the ops after the loop in its region; `flat`: the same with the ops nested in
-    them, in program order."""
+    them, in program order; `others`: the loop's other accumulators of the reduction."""
     chain = {acc}
     # a sum the loop body rescales (`l = l * alpha + p.sum()`: the online softmax's row sum)
     # continues the same way after it: `l * alpha` is still the loop's partial, so a tail
@@ -246,6 +248,9 @@ def _tails_after(model: Model, red: ReduceSite, loop: O.For, acc: int, after: li
         elif isinstance(op, O.Elementwise) and op.fn == combine and len(op.args) == 2 \
                 and any(a.id in chain for a in op.args):
             chain.add(op.result.id)
+            # another of the loop's accumulators combined in (`s0 + s1`, two partial sums
+            # the loop carries) is the loop's too, not a block reduced after it
+            chain.update(a.id for a in op.args if a.id in others)
             tails += [a.id for a in op.args if a.id not in chain]
         elif rescales and rescale(op, chain) in rescales:
             chain.add(op.result.id)        # l * alpha: the rescaled partial
