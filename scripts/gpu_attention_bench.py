@@ -885,7 +885,8 @@ def main() -> int:
                              "ex2, fold, fast or '+' "
                              "joins of them (default+fast: the op's choice with the softmax "
                              "diet; each "
-                             "timed through argus.ops.attention; overlap needs ARGUS_VERIFY=0)")
+                             "timed through argus.ops.attention; overlap verifies clean since "
+                             "h329, 2026-12-07)")
     parser.add_argument("--dims", default="", help="head dims, e.g. 64,128,256 (default: "
                                                    "64,128 with --quick, else all three)")
     parser.add_argument("--lengths", default="", help="sequence lengths, e.g. 1024,2048 "
