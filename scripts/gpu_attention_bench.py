@@ -359,7 +359,7 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
     default before; "plain" implies it, packed P being the overlap order's carry), "ekr"
     (early_k_release, h328: FA3's early K release, K_j released after S_j retires -- wait_group
     of the V^T atoms' P V groups -- before the softmax of S_j; with the default's late rescale,
-    e.g. "pvt+ekr"; not with "ppfa3")."""
+    e.g. "pvt+ekr"; not with "ppfa3"), "noekr" (early K release off)."""
     import dataclasses
 
     from argus.kernels.attention import fp8_schedule
@@ -373,7 +373,8 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
         if part == "fold":
             fields["fold_scale"] = True
         elif part == "plain":   # the late rescale belongs to the overlap order
-            fields.update(fa3_overlap=False, rescale_after_pv=False)
+            # (and early K release: both reorder that loop)
+            fields.update(fa3_overlap=False, rescale_after_pv=False, early_k_release=False)
         elif part == "tma":
             fields["epilogue"] = "tma"
         elif part == "pvt":
@@ -384,9 +385,9 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["block_n" if part[:2] == "bn" else "stages"] = int(part[2:])
         elif part[:3] == "emu" and part[3:].isdigit():
             fields["exp2_emulate"] = int(part[3:])
-        elif part == "ppfa3":
+        elif part == "ppfa3":   # (ping-pong does not take early K release)
             fields.update(ordered=True, fa3_overlap=True, intra_wg_overlap=False,
-                          own_blocks=False)
+                          own_blocks=False, early_k_release=False)
         elif part == "nopp":
             fields["ordered"] = False
         elif part == "olate":
@@ -397,6 +398,8 @@ def fp8_variant_schedule(variant: str, head_dim: int, causal: bool,
             fields["packed_p"] = True
         elif part == "ekr":     # K_j released after S_j retires, before its softmax (h328)
             fields["early_k_release"] = True
+        elif part == "noekr":   # early K release off (for a default that may take it)
+            fields["early_k_release"] = False
         else:
             raise ValueError(f"fp8 variant {variant!r}: unknown token {part!r}")
     return dataclasses.replace(fp8_schedule(head_dim, causal, wide_keys=wide), **fields)

@@ -855,6 +855,12 @@ def fp8_schedule(head_dim: int, causal: bool = False,
         choice = dataclasses.replace(choice, epilogue="tma")
         if wide_keys:
             choice = dataclasses.replace(choice, packed_p=True, block_n=192 if causal else 224)
+            # Early K release (early_k_release, h328) is ahead under causal masks on an H100
+            # (2026-12-07 ~23:10 UTC, tree dc095e4e, kernels alone, TFLOP/s, pvt / pvt+ekr:
+            # 2k 597 / 608, 4k 713 / 749, 16k 915 / 926 and 886 / 924; full masks mixed) but
+            # not taken: softmax.stats misses O's late rescale dropped in its loop form
+            # (tests/mutations/test_attention_rescale_dropped.py run on pvt+ekr), and a default
+            # must have its invariants checked
     return dataclasses.replace(choice, approx_exp2=True, fold_scale=True, rescale_after_pv=True)
 
 

@@ -23,9 +23,9 @@ read and written, e.g. 16 MiB at B 8, Hkv 8, Skv 2k, D 128), padding each row to
 16 keys for TMA. On CUDA tensors an Argus kernel makes it in one pass
 (argus/kernels/attention_vt.py, `_kernel_transpose`: with VT_WORDS on, the word kernel, V
 moved as 32-bit words with integer shifts and masks, where V's storage can be viewed as such
-words (off until it has run on a GPU); else the byte kernels, 1.05-1.11 TB/s on the H200,
-2.3x the torch path, not yet a copy's 3.3-4.2 TB/s); on CPU tensors, or with VT_KERNEL off,
-two torch copy passes (8- or 4-byte words, then the bytes inside each word:
+words: 1.50-1.59 TB/s at D 128, S 8k-16k on an H100 (2026-12-07), against the byte kernels'
+0.89-0.90 in the same run (1.05-1.11 TB/s on the H200), a copy 2.9-3.0; else the byte
+kernels); on CPU tensors, or with VT_KERNEL off, two torch copy passes (8- or 4-byte words, then the bytes inside each word:
 `_word_transpose`, 0.45-0.47 TB/s). They write the same bytes, except that
 the byte kernels write a V byte 0xFF (NaN with the sign bit) as 0x7F (the GPU's e4m3
 conversions; still NaN); the word kernel is bit-exact. A caller that keeps V transposed (a
@@ -248,12 +248,14 @@ def kernel_v(v, layout: str, v_transposed: bool, launched: list | None = None):
 # scripts/gpu_fp8_vt_bench.py's old-versus-new run in one process, not an API
 VT_KERNEL = True
 # V^T by the word kernel (vt_word_kernel: 32-bit words, bit-exact) where V and V^T can be
-# viewed as words; False gives the byte kernels (vt_flat_kernel / vt_kernel). Off by default
-# until it has run on a GPU: it is bit-exact in the interpreter, verifies with zero findings
-# and builds for sm_90a, but no device came in the session that built it (2026-12-07, h322);
-# tests/gpu/test_attention_vt_gpu.py and `gpu_round2.sh vt60 fp8op60` turn it on themselves.
+# viewed as words; False gives the byte kernels (vt_flat_kernel / vt_kernel). On since its
+# GPU run (H100, 2026-12-07 ~23:08 UTC, tree dc095e4e): tests/gpu/test_attention_vt_gpu.py's
+# word-kernel cases bit-exact on every e4m3 byte, 0xFF included (191 passed with the FP8
+# attention GPU tests; the one failure was the test's own V, fixed after), and `vt60`: 1.50 /
+# 1.59 TB/s at S 8k / 16k, D 128 (its configuration at 2k: 1.30), against the byte kernel's
+# 0.90 / 0.89 (B 8, H 16; a copy 2.89 / 2.98).
 # Not an API: the switch of the bench's old-versus-new runs and of those tests
-VT_WORDS = False
+VT_WORDS = True
 # (head dim, permuted, device index, key stride) -> compiled byte V^T kernel;
 # ("words", head dim, permuted, device index, key stride in words) -> the word kernel
 _VT_COMPILED: BuildMemo = BuildMemo()

@@ -103,7 +103,7 @@ def _words_compiled(D: int, permuted: bool) -> bool:
 @pytest.mark.parametrize("SK", [1, 31, 33, 100, 2048])
 @pytest.mark.parametrize("permuted", [True, False])
 def test_word_kernel_vt_is_bit_exact(layout, D, SK, permuted, monkeypatch):
-    monkeypatch.setattr(op, "VT_WORDS", True)   # off by default until this test has passed
+    monkeypatch.setattr(op, "VT_WORDS", True)   # (the default since 2026-12-07; kept explicit)
     # the op's default V^T (vt_word_kernel: 32-bit words, integer shifts) equals torch's
     # transpose byte for byte, 0xFF included (no NaN-sign allowance), keys past S zero
     shape = (2, 3, SK, D) if layout == "bhsd" else (2, SK, 3, D)
@@ -134,8 +134,9 @@ def test_byte_kernels_stay_the_fallback():
         (2, 3, 128, 64), dtype=E4M3, device="cuda")) is None
     new = torch.full((2, 3, 128, 64), 0xAA, dtype=torch.uint8, device="cuda").view(E4M3)
     assert op._kernel_transpose(v, new, permuted=True)
-    # the reference from a contiguous copy (the torch word passes cannot view v as words)
-    _same_bytes(new, _old(v.contiguous(), torch.zeros_like(new), True), 40, True)
+    # the reference from a copy at a word-aligned address (the torch word passes cannot view
+    # v as words; v.contiguous() would be v itself, already contiguous at its odd offset)
+    _same_bytes(new, _old(v.clone(), torch.zeros_like(new), True), 40, True)
     # and VT_WORDS off takes the byte kernels for a V the word kernel could take
     saved, op.VT_WORDS = op.VT_WORDS, False
     try:
