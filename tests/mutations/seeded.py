@@ -22,6 +22,13 @@ def bug_lines(file: Path, bug: str) -> list[int]:
     return [i + 1 for i, line in enumerate(text) if re.search(rf"BUG:{bug}\b", line)]
 
 
+def line_of(file, text: str) -> int:
+    """The 1-based line of `file` holding `text`, which must occur on exactly one line."""
+    lines = [i + 1 for i, x in enumerate(Path(file).read_text().splitlines()) if text in x]
+    assert len(lines) == 1, (text, lines)
+    return lines[0]
+
+
 def has_roles(kernel) -> bool:
     """The kernel is warp-specialized (ag.role): a finding must say which role's warpgroup."""
     return any(isinstance(op, O.RoleOp) for op in kernel.walk())

@@ -30,6 +30,7 @@ from argus.compiler import lower_only
 from argus.kernels import attention as A
 from argus.lower import sync as SYNC
 from tests.loading import load_edited, load_script
+from tests.mutations.seeded import line_of
 
 BENCH = load_script("gpu_attention_bench")
 
@@ -69,9 +70,7 @@ def _kernel(tmp_path, monkeypatch, bug: str | None, causal: bool = False, module
 
 def _line(text: str) -> int:
     """The line of attention.py holding `text` (once)."""
-    lines = [i + 1 for i, x in enumerate(open(A.__file__).read().splitlines()) if text in x]
-    assert len(lines) == 1, (text, lines)
-    return lines[0]
+    return line_of(A.__file__, text)
 
 
 K_STEP = "with k_pipe.consume() as ks:         # K_j"

@@ -29,7 +29,7 @@ from argus import verify
 from argus.compiler import lower_only
 from argus.kernels import attention as A
 from tests.loading import load_edited, load_script
-from tests.mutations.seeded import bug_lines, names_thread
+from tests.mutations.seeded import bug_lines, line_of, names_thread
 
 BENCH = load_script("gpu_attention_bench")
 
@@ -74,12 +74,6 @@ def _kernel(tmp_path, bug, variant: str, causal: bool = False, fp8: bool = False
     kernel = lower_only(module.attention_kernel(128, ag.e4m3 if fp8 else ag.bf16, causal,
                                                 False), s=s)
     return kernel, path, s
-
-
-def _line_of(path, text: str) -> int:
-    lines = [i + 1 for i, line in enumerate(path.read_text().splitlines()) if text in line]
-    assert len(lines) == 1, (text, lines)
-    return lines[0]
 
 
 def _stats(report) -> list:
@@ -134,7 +128,7 @@ def test_a_dropped_or_wrong_rescale_is_reported(tmp_path, bug, variant, fp8, cau
     # the line: the edited statement (l's update), or P V's wgmma that takes the unscaled O
     site = MUTATIONS[bug][1]
     want = bug_lines(path, bug) if site is None else \
-        [_line_of(path, _PV_FP8 if fp8 else _PV_BF16)]
+        [line_of(path, _PV_FP8 if fp8 else _PV_BF16)]
     assert d.loc.line in want, (d.loc, want, d.message)
     assert names_thread(d, kernel), d.counterexample
     ce = d.counterexample

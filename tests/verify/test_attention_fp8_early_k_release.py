@@ -17,6 +17,7 @@ from argus.compiler import lower_only
 from argus.ir import ops as O
 from argus.kernels.attention import attention_kernel, fp8_vt_atom
 from tests.loading import load_script
+from tests.mutations.seeded import line_of
 
 BENCH = load_script("gpu_attention_bench")
 
@@ -57,6 +58,4 @@ def _line(text: str) -> int:
     """The line of attention.py holding `text` (once)."""
     import argus.kernels.attention as A
 
-    lines = [i + 1 for i, x in enumerate(open(A.__file__).read().splitlines()) if text in x]
-    assert len(lines) == 1, (text, lines)
-    return lines[0]
+    return line_of(A.__file__, text)
